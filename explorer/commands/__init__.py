@@ -1,0 +1,1 @@
+"""Sub-commands of ``python -m explorer``: each module here defines ``register(subparsers)``."""

@@ -1,0 +1,57 @@
+"""The loaded-model handle every other part of the engine receives."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class LoadedModel:
+    """A causal LM, its tokenizer and the facts a trace records about them.
+
+    ``attn_implementation`` matters: only ``eager`` returns attention weights, which DRAGIN's
+    and FLARE's signals need. ``source`` says where the weights came from (a path, a hub id, or
+    ``embedded`` for the packaged SmolLM2).
+    """
+
+    model: Any
+    tokenizer: Any
+    name: str
+    source: str
+    dtype: str
+    device: str
+    attn_implementation: str
+    load_seconds: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.model.config.num_hidden_layers)
+
+    @property
+    def num_heads(self) -> int:
+        return int(self.model.config.num_attention_heads)
+
+    @property
+    def num_parameters(self) -> int:
+        return int(sum(p.numel() for p in self.model.parameters()))
+
+    @property
+    def context_length(self) -> int:
+        cfg = self.model.config
+        return int(getattr(cfg, "max_position_embeddings", 2048) or 2048)
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What a trace records so two runs can be told apart by model and decoding backend."""
+        return {
+            "name": self.name,
+            "source": self.source,
+            "dtype": self.dtype,
+            "device": self.device,
+            "attn_implementation": self.attn_implementation,
+            "num_layers": self.num_layers,
+            "num_heads": self.num_heads,
+            "num_parameters": self.num_parameters,
+            **self.extra,
+        }

@@ -1,0 +1,121 @@
+"""What every method is: a small strategy over the shared engine and a retriever.
+
+A method declares its name, variants and typed config, and implements :meth:`Method.run`, which
+asks the engine to generate, decides when to retrieve and what to search for, and records every
+decision on the :class:`~explorer.trace.TraceRecorder`. :func:`run_question` is the single entry
+point the CLI, the web app and the evaluation runner use, so they all produce identical traces
+for identical inputs.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from explorer.config import Config
+from explorer.errors import ConfigError, ExplorerError
+from explorer.retrieval.base import Retriever
+from explorer.trace import Cancelled, Listener, Trace, TraceRecorder
+
+METHODS: dict[str, type[Method]] = {}
+
+
+@dataclass
+class Runtime:
+    """Everything a method may use: the engine (model + signals) and the retriever."""
+
+    engine: Any
+    retriever: Retriever
+    corpus: dict[str, Any] = field(default_factory=dict)
+
+
+class Method:
+    """Base class for methods. Subclasses set the class variables and implement ``run``."""
+
+    name: ClassVar[str]
+    title: ClassVar[str]
+    variants: ClassVar[tuple[str, ...]] = ("paper",)
+    Config: ClassVar[type[Config]]
+
+    def __init__(self, config: Config, runtime: Runtime, variant: str) -> None:
+        self.config = config
+        self.runtime = runtime
+        self.variant = variant
+
+    @property
+    def engine(self) -> Any:
+        return self.runtime.engine
+
+    @property
+    def retriever(self) -> Retriever:
+        return self.runtime.retriever
+
+    def run(self, question: str, rec: TraceRecorder) -> None:
+        """Answer ``question``, recording every step; set ``rec.trace.answer`` and ``.output``."""
+        raise NotImplementedError
+
+
+def register(cls: type[Method]) -> type[Method]:
+    """Class decorator adding a method to the registry under its short name."""
+    METHODS[cls.name] = cls
+    return cls
+
+
+def get_method(name: str) -> type[Method]:
+    from explorer import methods as _all  # noqa: F401  (imports every method module)
+
+    try:
+        return METHODS[name]
+    except KeyError:
+        raise ConfigError(f"unknown method {name!r}", where="method",
+                          fix=f"choose one of {', '.join(sorted(METHODS))}") from None
+
+
+def make_config(method: str, values: dict[str, Any] | Config | None) -> Config:
+    cls = get_method(method)
+    if isinstance(values, Config):
+        return values
+    return cls.Config.from_dict(values or {})
+
+
+def run_question(method: str, question: str, runtime: Runtime, *, variant: str | None = None,
+                 config: dict[str, Any] | Config | None = None, gold: dict[str, Any] | None = None,
+                 listeners: list[Listener] | None = None, cancel: threading.Event | None = None,
+                 raise_errors: bool = False) -> Trace:
+    """Run one method on one question and return its trace.
+
+    Cancellation and user errors never lose the partial trace: the trace comes back with status
+    ``cancelled`` or ``error`` and the message in ``trace.error``.
+    """
+    cls = get_method(method)
+    variant = variant or cls.variants[0]
+    if variant not in cls.variants:
+        raise ConfigError(f"method {method} has no variant {variant!r}", where="variant",
+                          fix=f"choose one of {', '.join(cls.variants)}")
+    question = (question or "").strip()
+    if not question:
+        raise ExplorerError("the question is empty", where="question", fix="type a question to answer")
+    cfg = make_config(method, config)
+    trace = Trace(question=question, method=method, variant=variant, config=cfg.to_dict(),
+                  model=runtime.engine.fingerprint(), corpus=dict(runtime.corpus), gold=dict(gold or {}))
+    rec = TraceRecorder(trace, listeners=listeners, cancel=cancel)
+    start = time.perf_counter()
+    try:
+        cls(cfg, runtime, variant).run(question, rec)
+        trace.status = "complete"
+    except Cancelled:
+        trace.status = "cancelled"
+        trace.error = "cancelled by the user"
+    except ExplorerError as exc:
+        trace.status = "error"
+        trace.error = exc.message
+        if raise_errors:
+            raise
+    finally:
+        # Time not inside a named phase (prompt building, bookkeeping) is "other", so the
+        # phases always add up to the run's wall time.
+        wt = trace.costs.wall_time
+        wt["other"] = max(0.0, time.perf_counter() - start - sum(v for k, v in wt.items() if k != "other"))
+    return trace

@@ -1,0 +1,293 @@
+"""The one record every run produces.
+
+A :class:`Trace` is versioned and JSON-serialisable. It holds the question, the method and its
+full config, a fingerprint of the model, and an ordered list of :class:`Event` objects:
+generated spans with their per-token signals, triggers, queries, retrievals, truncations,
+continuations, uncertainty estimates, filter verdicts, classifier calls and the answer. The UI,
+the store, the evaluation and the exports read traces only; nothing downstream recomputes a
+signal, so everything they show must be in here.
+
+Events are small typed dicts (``kind`` + ``payload``) rather than one class per kind so that a
+new method can add a kind without touching readers that do not care about it; the required keys
+of each known kind are checked by :meth:`Trace.validate`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+TRACE_VERSION = 1
+
+#: Required payload keys per event kind. Extra keys are allowed and kept.
+EVENT_SCHEMA: dict[str, tuple[str, ...]] = {
+    # A span of model output. ``tokens`` is a list of TokenSignal dicts; ``purpose`` says what the
+    # span was for (draft, continuation, lookahead, answer, pseudo, augment, filter, ...).
+    "generation": ("purpose", "text", "tokens"),
+    # Retrieval decided to fire. ``span`` is the id of the generation event, ``token_index`` the
+    # position inside it; ``signal``/``value``/``threshold`` say what fired it.
+    "trigger": ("span", "token_index", "signal", "value", "threshold"),
+    # The text sent to the retriever and where it came from (question, qfs, masked, window, ...).
+    "query": ("text", "source"),
+    # Passages returned for a query: ``hits`` is a list of Hit.to_dict().
+    "retrieval": ("query", "hits"),
+    # Output cut: ``span`` and ``token_index`` (first discarded token), the kept and cut text.
+    "truncation": ("span", "token_index", "kept_text", "discarded_text"),
+    # Generation resumed with passages in the prompt: ``span`` is the new generation event id,
+    # ``retrieval`` the id of the retrieval event whose passages it was given.
+    "continuation": ("span", "retrieval"),
+    # An uncertainty estimate (SEAKR's U and its alternatives).
+    "uncertainty": ("estimator", "value"),
+    # Passages re-ordered by a signal other than the search engine's score.
+    "rerank": ("candidates", "chosen"),
+    # A model-as-filter verdict over a passage set (BlendFilter).
+    "filter": ("passage_ids", "kept", "raw_answer"),
+    # A relevance-classifier call (DR-RAG).
+    "classifier": ("pair", "probability", "accepted"),
+    # A selection of passages and the reason for it.
+    "selection": ("passage_ids", "reason"),
+    # The final answer: ``text`` is the full output, ``answer`` the extracted short answer.
+    "answer": ("text", "answer"),
+    # Free-form remark (fallbacks, degenerate cases the user should see).
+    "note": ("message",),
+}
+
+STATUSES = ("running", "complete", "cancelled", "error")
+
+
+@dataclass
+class TokenSignal:
+    """What the engine measured for one generated token.
+
+    ``entropy`` is over the RAW next-token distribution; ``entropy_warped`` over the distribution
+    actually sampled from (None under greedy decoding). ``amax`` is the largest last-layer,
+    head-mean attention this token received from later tokens of the same span (None until a
+    later token exists). ``rind`` = entropy * amax * content.
+    """
+
+    id: int
+    text: str
+    prob: float
+    entropy: float
+    top: list[tuple[str, float]]
+    entropy_warped: float | None = None
+    amax: float | None = None
+    content: bool = True
+    rind: float | None = None
+    logprob: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["top"] = [[t, float(p)] for t, p in self.top]
+        return d
+
+
+@dataclass
+class Event:
+    """One step of a run, in order. ``id`` is the index in the trace's event list."""
+
+    kind: str
+    payload: dict[str, Any]
+    id: int = -1
+    step: int = 0
+    t: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "kind": self.kind, "step": self.step, "t": self.t, "payload": self.payload}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Event:
+        return cls(kind=d["kind"], payload=d["payload"], id=d["id"], step=d.get("step", 0), t=d.get("t", 0.0))
+
+
+@dataclass
+class Costs:
+    """What a run spent, in the units the papers report (their 'retrieval' and 'LLM call' columns)."""
+
+    retrievals: int = 0
+    llm_calls: int = 0
+    forward_passes: int = 0
+    generated_tokens: int = 0
+    discarded_tokens: int = 0
+    sampled_sequences: int = 0
+    prompt_tokens: int = 0
+    wall_time: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def total_time(self) -> float:
+        return float(sum(self.wall_time.values()))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["total_time"] = self.total_time
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Costs:
+        d = {k: v for k, v in d.items() if k != "total_time"}
+        return cls(**d)
+
+
+@dataclass
+class Trace:
+    """A complete, self-describing record of one method run on one question."""
+
+    question: str
+    method: str
+    variant: str
+    config: dict[str, Any]
+    model: dict[str, Any]
+    corpus: dict[str, Any] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+    answer: str | None = None
+    output: str = ""
+    costs: Costs = field(default_factory=Costs)
+    status: str = "running"
+    error: str | None = None
+    gold: dict[str, Any] = field(default_factory=dict)
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    created_at: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    version: int = TRACE_VERSION
+
+    # -- access ---------------------------------------------------------------------------
+    def of_kind(self, kind: str) -> list[Event]:
+        return [e for e in self.events if e.kind == kind]
+
+    def event(self, event_id: int) -> Event:
+        return self.events[event_id]
+
+    # -- (de)serialisation ----------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "run_id": self.run_id,
+            "created_at": self.created_at,
+            "question": self.question,
+            "method": self.method,
+            "variant": self.variant,
+            "config": self.config,
+            "model": self.model,
+            "corpus": self.corpus,
+            "gold": self.gold,
+            "status": self.status,
+            "error": self.error,
+            "answer": self.answer,
+            "output": self.output,
+            "costs": self.costs.to_dict(),
+            "events": [e.to_dict() for e in self.events],
+        }
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Trace:
+        version = d.get("version")
+        if version != TRACE_VERSION:
+            raise ValueError(f"trace version {version!r} is not supported (this explorer reads version {TRACE_VERSION})")
+        return cls(
+            question=d["question"],
+            method=d["method"],
+            variant=d["variant"],
+            config=d["config"],
+            model=d["model"],
+            corpus=d.get("corpus", {}),
+            events=[Event.from_dict(e) for e in d["events"]],
+            answer=d.get("answer"),
+            output=d.get("output", ""),
+            costs=Costs.from_dict(d.get("costs", {})),
+            status=d.get("status", "complete"),
+            error=d.get("error"),
+            gold=d.get("gold", {}),
+            run_id=d["run_id"],
+            created_at=d["created_at"],
+            version=version,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> Trace:
+        return cls.from_dict(json.loads(text))
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first event that breaks the schema."""
+        if self.status not in STATUSES:
+            raise ValueError(f"status {self.status!r} is not one of {STATUSES}")
+        for i, e in enumerate(self.events):
+            if e.id != i:
+                raise ValueError(f"event {i} has id {e.id}; ids must equal list positions")
+            required = EVENT_SCHEMA.get(e.kind)
+            if required is None:
+                raise ValueError(f"event {i} has unknown kind {e.kind!r}")
+            missing = [k for k in required if k not in e.payload]
+            if missing:
+                raise ValueError(f"event {i} ({e.kind}) lacks {missing}")
+            for key in ("span", "retrieval"):
+                ref = e.payload.get(key) if e.kind in ("trigger", "truncation", "continuation") else None
+                if isinstance(ref, int) and not 0 <= ref < i + (1 if key == "span" else 0):
+                    raise ValueError(f"event {i} ({e.kind}) refers to {key} {ref}, which is not an earlier event")
+        json.dumps(self.to_dict())  # must serialise
+
+
+class Cancelled(Exception):
+    """Raised inside a run when the user pressed Cancel; the partial trace is kept."""
+
+
+Listener = Callable[[str, dict[str, Any]], None]
+
+
+class TraceRecorder:
+    """Builds a trace while a method runs, and tells listeners (the UI) as things happen.
+
+    Listeners receive ``("event", event_dict)`` for every event and ``("token", {...})`` for
+    every token while it streams, so a browser can show tokens before a span is complete.
+    ``cancel`` is checked by the engine between tokens.
+    """
+
+    def __init__(self, trace: Trace, listeners: list[Listener] | None = None,
+                 cancel: threading.Event | None = None) -> None:
+        self.trace = trace
+        self.listeners = list(listeners or [])
+        self.cancel = cancel or threading.Event()
+        self.step = 0
+        self._t0 = time.perf_counter()
+
+    @property
+    def costs(self) -> Costs:
+        return self.trace.costs
+
+    def add(self, kind: str, **payload: Any) -> Event:
+        """Append an event of ``kind`` and notify listeners; returns it (its ``id`` is set)."""
+        event = Event(kind=kind, payload=payload, id=len(self.trace.events), step=self.step,
+                      t=round(time.perf_counter() - self._t0, 6))
+        self.trace.events.append(event)
+        self._notify("event", event.to_dict())
+        return event
+
+    def token(self, span_purpose: str, token: TokenSignal) -> None:
+        """Stream one token to listeners (not stored here; the generation event stores it)."""
+        self._notify("token", {"purpose": span_purpose, "step": self.step, **token.to_dict()})
+
+    def check_cancel(self) -> None:
+        if self.cancel.is_set():
+            raise Cancelled()
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time a phase (generation, retrieval, ...) into ``costs.wall_time[name]``."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            wt = self.trace.costs.wall_time
+            wt[name] = wt.get(name, 0.0) + time.perf_counter() - start
+
+    def _notify(self, kind: str, data: dict[str, Any]) -> None:
+        for listener in self.listeners:
+            listener(kind, data)

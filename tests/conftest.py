@@ -1,0 +1,60 @@
+"""Shared fixtures: a tiny random model for fast signal tests, the embedded model and the demo
+corpus for integration tests, and a temporary cache so tests never touch the user's files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from explorer.paths import shared_data_dir
+
+# Tests share one converted model across runs (it takes ~40 s to build), but never the user's
+# run database: that is per-test below.
+os.environ.setdefault("EXPLORER_CACHE", str(Path(__file__).resolve().parent.parent / ".cache"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def embedded_lm():
+    """The embedded SmolLM2-135M-Instruct with eager attention (signals need attention weights)."""
+    from explorer.engine.loader import load_model
+
+    return load_model("embedded", attn_implementation="eager")
+
+
+@pytest.fixture(scope="session")
+def tiny_lm():
+    """A 2-layer randomly initialised Llama-style model with the embedded model's tokenizer."""
+    from explorer.engine.loader import tiny_random_model
+
+    return tiny_random_model(seed=0)
+
+
+@pytest.fixture(scope="session")
+def demo_retriever():
+    from explorer.retrieval.registry import open_retriever
+
+    return open_retriever("demo")
+
+
+@pytest.fixture(scope="session")
+def language():
+    from explorer.engine.language import get_language
+
+    return get_language()
+
+
+@pytest.fixture()
+def shared_data() -> Path:
+    path = shared_data_dir()
+    if not path.is_dir():
+        pytest.skip(f"benchmark data not found at {path} (set EXPLORER_DATA or place ../shared/data beside the project)")
+    return path
+
+
+@pytest.fixture()
+def tmp_db(tmp_path: Path) -> Path:
+    return tmp_path / "runs.sqlite"
