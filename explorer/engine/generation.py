@@ -1,0 +1,418 @@
+"""The instrumented, KV-cached generation loop every method shares.
+
+One forward pass per token, exactly as plain ``generate`` does, and every signal a method or a
+view needs is computed from what that pass already produced: the RAW next-token distribution
+gives probability, entropy and the top alternatives; the attention probe on the last layer gives
+the token's attention row over all earlier positions, folded at once into amax; an optional hook
+gives a hidden state. Methods never touch tensors: they call :meth:`Engine.generate` and read a
+:class:`Generation`, and the engine writes the ``generation`` event and the costs into the trace.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from explorer.engine.attention import AttentionProbe
+from explorer.engine.hidden import HiddenCapture, HiddenSpec
+from explorer.engine.language import is_stopword
+from explorer.engine.model import LoadedModel
+from explorer.engine.signals import AmaxTracker, rind, step_stats, warp
+from explorer.errors import ConfigError, ExplorerError
+from explorer.trace import TokenSignal, TraceRecorder
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Sampling settings; ``None`` in :meth:`Engine.generate` means greedy decoding."""
+
+    temperature: float = 1.0
+    top_k: int | None = 50
+    top_p: float | None = 0.9
+    seed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p, "seed": self.seed}
+
+
+Span = tuple[str, int, int]
+PromptLike = str | Sequence[tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class _Request:
+    """One call of :meth:`Engine.generate`, resolved: what to generate and what to measure."""
+
+    prompt: str
+    prompt_ids: list[int]
+    segments: list[Span]
+    max_new_tokens: int
+    purpose: str
+    sampling: Sampling | None
+    stop_strings: tuple[str, ...]
+    attention: bool
+    until: Callable[[list[TokenSignal]], bool] | None
+    hidden: HiddenSpec | None
+    stream: bool
+
+
+@dataclass
+class Generation:
+    """A finished span: the tokens with their signals, the text, and why it stopped.
+
+    ``stopped_by`` is one of ``eos``, ``max_tokens``, ``stop_string`` or ``callback``.
+    ``event_id`` is the id of the trace's ``generation`` event (None without a recorder).
+    """
+
+    purpose: str
+    prompt: str
+    prompt_ids: list[int]
+    segments: list[Span]
+    ids: list[int]
+    tokens: list[TokenSignal]
+    text: str
+    stopped_by: str
+    event_id: int | None = None
+    hidden: torch.Tensor | None = None
+    _engine: Engine | None = field(default=None, repr=False)
+    _cache: Any = field(default=None, repr=False)
+
+    @property
+    def token_texts(self) -> list[str]:
+        return [t.text for t in self.tokens]
+
+    def offsets(self) -> list[int]:
+        """Character offset in ``text`` where each token starts."""
+        out, pos = [], 0
+        for t in self.tokens:
+            out.append(pos)
+            pos += len(t.text)
+        return out
+
+    def attention_row(self, index: int) -> list[float]:
+        """Last-layer, head-mean attention of generated token ``index`` over every earlier position.
+
+        Rows are not kept while generating (that would grow quadratically); the engine rolls the
+        KV cache back to just before the token and runs that single token again, which costs one
+        one-token forward pass and reproduces the row the loop saw.
+        """
+        if self._engine is None or self._cache is None:
+            raise ExplorerError("this generation kept no KV cache, so its attention rows cannot be read",
+                                fix="generate with attention=True")
+        return self._engine._replay_row(self, index)
+
+
+class Engine:
+    """Owns a loaded model; generates with signals; serialises use of the model across threads."""
+
+    def __init__(self, lm: LoadedModel, *, attention_layer: int = -1) -> None:
+        self.lm = lm
+        self.model = lm.model
+        self.tokenizer = lm.tokenizer
+        self.device = torch.device(lm.device)
+        self.probe = AttentionProbe(self.model, attention_layer)
+        self.lock = threading.RLock()
+        eos = self.model.generation_config.eos_token_id
+        if eos is None:
+            eos = self.tokenizer.eos_token_id
+        self.eos_ids = frozenset([eos] if isinstance(eos, int) else (eos or []))
+
+    # -- facts ----------------------------------------------------------------------------------
+    def fingerprint(self) -> dict[str, Any]:
+        """What a trace records about the model and how signals were read from it."""
+        return {**self.lm.fingerprint(), "attention_signals": self.probe.mode,
+                "attention_layer": self.probe.layer_index}
+
+    @property
+    def context_length(self) -> int:
+        return self.lm.context_length
+
+    def tokenize(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenize(text))
+
+    def token_texts(self, ids: Sequence[int]) -> list[str]:
+        """Decoded text of each token such that joining them gives the decoded whole."""
+        detok = Detokenizer(self)
+        return [detok.push(i) for i in ids]
+
+    def check_fits(self, prompt_len: int, max_new_tokens: int, where: str = "prompt") -> None:
+        """Refuse a prompt that cannot fit the model's context with room to answer."""
+        limit = self.context_length
+        if prompt_len + max_new_tokens > limit:
+            raise ExplorerError(
+                f"the {where} is {prompt_len} tokens and {max_new_tokens} more are to be generated, but the model's "
+                f"context holds {limit} tokens", where=where,
+                fix="shorten the question, retrieve fewer or shorter passages, or lower the generation length")
+
+    # -- the loop ---------------------------------------------------------------------------------
+    def encode_segments(self, prompt: PromptLike) -> tuple[str, list[int], list[Span]]:
+        """Tokenize a prompt given as text or as labelled segments.
+
+        Segments are tokenized one by one and concatenated, so the model sees exactly the ids
+        whose positions the returned ``(label, start, end)`` ranges describe.
+        """
+        if isinstance(prompt, str):
+            prompt = [("prompt", prompt)]
+        ids: list[int] = []
+        spans: list[tuple[str, int, int]] = []
+        for label, text in prompt:
+            if not text:
+                continue
+            piece = self.tokenize(text)
+            spans.append((label, len(ids), len(ids) + len(piece)))
+            ids.extend(piece)
+        return "".join(text for _, text in prompt), ids, spans
+
+    def generate(self, prompt: PromptLike, *, max_new_tokens: int, purpose: str = "draft",
+                 rec: TraceRecorder | None = None, sampling: Sampling | None = None,
+                 stop_strings: Sequence[str] = (), attention: bool = True,
+                 until: Callable[[list[TokenSignal]], bool] | None = None,
+                 hidden: HiddenSpec | None = None, stream: bool = True,
+                 meta: dict[str, Any] | None = None) -> Generation:
+        """Generate from ``prompt`` (plain text, no special tokens added) with per-token signals.
+
+        Greedy unless ``sampling`` is given (then seeded, so repeatable). Stops at an end-of-
+        sequence token, after ``max_new_tokens``, at the first ``stop_strings`` match (the match
+        and what follows are dropped) or when ``until(tokens)`` returns True after a token.
+        ``attention=False`` skips the attention probe (FLARE and the baselines need no amax).
+        ``hidden`` captures that layer's state at the final generated position.
+        """
+        if max_new_tokens < 1:
+            raise ConfigError(f"max_new_tokens must be at least 1, got {max_new_tokens}", where="max_new_tokens")
+        prompt, prompt_ids, segments = self.encode_segments(prompt)
+        if not prompt_ids:
+            raise ExplorerError("the prompt is empty", where="prompt", fix="give the model some text to continue")
+        self.check_fits(len(prompt_ids), max_new_tokens)
+        with self.lock, torch.inference_mode():
+            started = time.perf_counter()
+            request = _Request(prompt, prompt_ids, segments, max_new_tokens, purpose, sampling, tuple(stop_strings),
+                               attention, until, hidden, stream)
+            gen = self._loop(request, rec)
+            elapsed = time.perf_counter() - started
+        if rec is not None:
+            self._record(gen, rec, sampling, elapsed, meta or {})
+        return gen
+
+    def _forward(self, ids: torch.Tensor, cache: Any, *, logits: bool = True) -> Any:
+        kwargs: dict[str, Any] = {"input_ids": ids, "past_key_values": cache, "use_cache": True}
+        if logits:
+            kwargs["logits_to_keep"] = 1
+        if self.probe.active and self.probe.needs_output_attentions:
+            kwargs["output_attentions"] = True
+        out = self.model(**kwargs)
+        if self.probe.active and self.probe.needs_output_attentions:
+            self.probe.take_from_outputs(out.attentions)
+        return out
+
+    def _new_cache(self) -> Any:
+        from transformers import DynamicCache
+
+        return DynamicCache(config=self.model.config)
+
+    def _loop(self, req: _Request, rec: TraceRecorder | None) -> Generation:
+        prompt_ids, max_new, purpose, sampling = req.prompt_ids, req.max_new_tokens, req.purpose, req.sampling
+        stop_strings, attention, until, hidden = req.stop_strings, req.attention, req.until, req.hidden
+        generator = None
+        if sampling is not None:
+            generator = torch.Generator(device="cpu").manual_seed(int(sampling.seed))
+        cache = self._new_cache()
+        p_len = len(prompt_ids)
+        amax = AmaxTracker(p_len)
+        tokens: list[TokenSignal] = []
+        ids: list[int] = []
+        forward_passes = 0
+        capture = HiddenCapture(self.model, hidden) if hidden is not None else None
+        stopped_by = "max_tokens"
+        detok = Detokenizer(self)
+        cut_at: int | None = None
+        try:
+            if capture is not None:
+                capture.__enter__()
+            self.probe.active = False
+            out = self._forward(torch.tensor([prompt_ids], device=self.device), cache)
+            forward_passes += 1
+            logits = out.logits[0, -1]
+            while True:
+                if rec is not None:
+                    rec.check_cancel()
+                if sampling is None:
+                    chosen = int(torch.argmax(logits))
+                    warped_entropy = None
+                else:
+                    warped = warp(logits, sampling.temperature, sampling.top_k, sampling.top_p)
+                    probs = torch.softmax(warped, dim=-1)
+                    chosen = int(torch.multinomial(probs.cpu(), 1, generator=generator))
+                    logq = torch.log_softmax(warped, dim=-1)
+                    warped_entropy = float(-(probs * logq).nan_to_num().sum())
+                if chosen in self.eos_ids:
+                    stopped_by = "eos"
+                    break
+                stats = step_stats(logits, chosen)
+                ids.append(chosen)
+                piece = detok.push(chosen)
+                top = [(self.decode([i]), p) for i, p in zip(stats.top_ids, stats.top_probs, strict=True)]
+                token = TokenSignal(id=chosen, text=piece, prob=stats.prob, entropy=stats.entropy, top=top,
+                                    entropy_warped=warped_entropy, content=not is_stopword(piece),
+                                    logprob=stats.logprob)
+                tokens.append(token)
+                amax.add_token()
+                if rec is not None and req.stream:
+                    rec.token(purpose, token)
+                if stop_strings:
+                    cut_at = _stop_position(detok.text, stop_strings)
+                    if cut_at is not None:
+                        stopped_by = "stop_string"
+                        break
+                if until is not None and until(tokens):
+                    stopped_by = "callback"
+                    break
+                if len(tokens) >= max_new:
+                    break
+                # Feed the token: its attention row (over everything before it, itself included)
+                # and the next distribution come out of the same pass.
+                self.probe.active = attention
+                out = self._forward(torch.tensor([[chosen]], device=self.device), cache)
+                forward_passes += 1
+                if attention:
+                    amax.add_row(len(tokens) - 1, self.probe.last_mean[0, -1])
+                logits = out.logits[0, -1]
+            # After an end-of-sequence every kept token has been fed. Otherwise the last one has
+            # not: its row completes amax of the tokens before it, and its position is the "end"
+            # whose hidden state a caller may want.
+            if tokens and stopped_by in ("max_tokens", "callback") and (attention or capture is not None):
+                self.probe.active = attention
+                self._forward(torch.tensor([[ids[-1]]], device=self.device), cache, logits=False)
+                forward_passes += 1
+                if attention:
+                    amax.add_row(len(tokens) - 1, self.probe.last_mean[0, -1])
+        finally:
+            self.probe.active = False
+            if capture is not None:
+                capture.__exit__(None, None, None)
+        if cut_at is not None:
+            tokens, ids = _drop_after(tokens, ids, cut_at)
+        values = amax.values
+        for i, token in enumerate(tokens):
+            token.amax = values[i] if attention else None
+            token.rind = rind(token.entropy, token.amax, token.content)
+        text = "".join(t.text for t in tokens)
+        gen = Generation(purpose=purpose, prompt=req.prompt, prompt_ids=prompt_ids, segments=req.segments, ids=ids,
+                         tokens=tokens, text=text, stopped_by=stopped_by, _engine=self if attention else None,
+                         _cache=cache if attention else None)
+        if capture is not None and capture.last is not None:
+            gen.hidden = capture.last[0, -1].clone()
+        gen.forward_passes = forward_passes  # type: ignore[attr-defined]
+        return gen
+
+    def _replay_row(self, gen: Generation, index: int) -> list[float]:
+        if not 0 <= index < len(gen.ids):
+            raise IndexError(f"token {index} is outside the span of {len(gen.ids)} tokens")
+        with self.lock, torch.inference_mode():
+            cache = gen._cache
+            keep = len(gen.prompt_ids) + index
+            if cache.get_seq_length() > keep:
+                cache.crop(keep - cache.get_seq_length())
+            # Normally just the token itself; more when an earlier replay rolled further back.
+            start = cache.get_seq_length() - len(gen.prompt_ids)
+            self.probe.active = True
+            try:
+                self._forward(torch.tensor([gen.ids[start:index + 1]], device=self.device), cache, logits=False)
+            finally:
+                self.probe.active = False
+            return self.probe.last_mean[0, -1].tolist()
+
+    def _record(self, gen: Generation, rec: TraceRecorder, sampling: Sampling | None, elapsed: float,
+                meta: dict[str, Any]) -> None:
+        costs = rec.costs
+        costs.llm_calls += 1
+        costs.forward_passes += getattr(gen, "forward_passes", 0)
+        costs.generated_tokens += len(gen.tokens)
+        costs.prompt_tokens += len(gen.prompt_ids)
+        costs.wall_time["generation"] = costs.wall_time.get("generation", 0.0) + elapsed
+        event = rec.add("generation", purpose=gen.purpose, text=gen.text,
+                        tokens=[t.to_dict() for t in gen.tokens], prompt=gen.prompt,
+                        prompt_tokens=len(gen.prompt_ids), prompt_segments=[list(s) for s in gen.segments],
+                        stopped_by=gen.stopped_by,
+                        decoding="greedy" if sampling is None else {"sampling": sampling.to_dict()},
+                        seconds=round(elapsed, 4), **meta)
+        gen.event_id = event.id
+
+    # -- whole-sequence passes ------------------------------------------------------------------
+    def attention_matrix(self, ids: Sequence[int], *, per_head: bool = False,
+                         rec: TraceRecorder | None = None) -> torch.Tensor:
+        """One forward pass over ``ids``; the last layer's attention, ``(q, k)`` head-mean or ``(h, q, k)``.
+
+        This is the reference DRAGIN's second pass, and the QFS re-encoding; it counts as a
+        forward pass in the trace's costs.
+        """
+        if not ids:
+            raise ExplorerError("nothing to encode", where="attention_matrix", fix="pass at least one token")
+        self.check_fits(len(ids), 0, where="text to encode")
+        with self.lock, torch.inference_mode():
+            self.probe.active, self.probe.per_head = True, per_head
+            try:
+                self._forward(torch.tensor([list(ids)], device=self.device), self._new_cache(), logits=False)
+            finally:
+                self.probe.active, self.probe.per_head = False, False
+            result = self.probe.last_heads[0] if per_head else self.probe.last_mean[0]
+        if rec is not None:
+            rec.costs.forward_passes += 1
+        return result
+
+
+class Detokenizer:
+    """Turns a growing list of token ids into per-token text pieces that join to the decoded whole.
+
+    Byte-level tokenizers split one character over several tokens; until it is complete the
+    decoded text ends in U+FFFD, so such a tail is held back and given to the token completing it.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.ids: list[int] = []
+        self.text = ""
+
+    def push(self, token_id: int) -> str:
+        self.ids.append(token_id)
+        full = self.engine.decode(self.ids).rstrip("\ufffd")
+        if full.startswith(self.text):
+            piece = full[len(self.text):]
+        else:  # the tokenizer re-spelled earlier text (rare); keep the pieces joining to the whole
+            piece = full[len(self.text):] if len(full) > len(self.text) else ""
+        self.text += piece
+        return piece
+
+
+def _stop_position(text: str, stop_strings: tuple[str, ...]) -> int | None:
+    """Character index of the earliest stop string in ``text``, or None."""
+    hits = [i for s in stop_strings if s and (i := text.find(s)) >= 0]
+    return min(hits) if hits else None
+
+
+def _drop_after(tokens: list[TokenSignal], ids: list[int], cut: int) -> tuple[list[TokenSignal], list[int]]:
+    """Keep the tokens that end at or before character ``cut``; trim a token that straddles it."""
+    kept: list[TokenSignal] = []
+    pos = 0
+    for token in tokens:
+        end = pos + len(token.text)
+        if end <= cut:
+            kept.append(token)
+        elif pos < cut:
+            token.text = token.text[: cut - pos]
+            kept.append(token)
+            break
+        else:
+            break
+        pos = end
+    return kept, ids[: len(kept)]

@@ -1,0 +1,77 @@
+"""Capturing one layer's hidden state with a forward hook, on any architecture.
+
+SEAKR reads the hidden state of the middle layer at a sequence's final position. The authors
+patch vLLM for Llama; a forward hook on the decoder layer (the residual stream after the layer)
+or on its MLP (the MLP's output before it is added back, the reference's choice) gives the same
+numbers on every model transformers loads, at no extra forward pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from explorer.engine.attention import decoder_layers
+from explorer.errors import ConfigError, ModelError
+
+SITES = ("mlp", "residual")
+
+
+@dataclass(frozen=True)
+class HiddenSpec:
+    """Which hidden state to capture: a layer index (negative counts from the end; None = middle) and a site."""
+
+    layer: int | None = None
+    site: str = "mlp"
+
+    def resolve(self, num_layers: int) -> int:
+        """The 0-based layer index; the middle layer L // 2 by default."""
+        if self.site not in SITES:
+            raise ConfigError(f"hidden-state site {self.site!r} is unknown", where="hidden_site",
+                              fix=f"use one of {', '.join(SITES)}")
+        index = num_layers // 2 if self.layer is None else self.layer
+        if not -num_layers <= index < num_layers:
+            raise ConfigError(f"layer {index} does not exist (the model has {num_layers})", where="hidden_layer",
+                              fix=f"use a layer in [0, {num_layers - 1}], or leave it empty for the middle layer")
+        return index % num_layers
+
+
+def _mlp_of(layer: nn.Module) -> nn.Module:
+    for name in ("mlp", "feed_forward", "ffn", "block_sparse_moe"):
+        module = getattr(layer, name, None)
+        if isinstance(module, nn.Module):
+            return module
+    raise ModelError(f"cannot find the MLP of {type(layer).__name__}",
+                     fix="use hidden_site='residual' for this architecture")
+
+
+class HiddenCapture:
+    """A context manager that records, for every forward call, the chosen layer's output.
+
+    ``last`` holds the newest output as a float32 CPU tensor of shape ``(batch, seq, hidden)``.
+    """
+
+    def __init__(self, model: nn.Module, spec: HiddenSpec) -> None:
+        layers = decoder_layers(model)
+        self.layer_index = spec.resolve(len(layers))
+        self.site = spec.site
+        target = layers[self.layer_index]
+        self.module = _mlp_of(target) if spec.site == "mlp" else target
+        self.last: torch.Tensor | None = None
+        self._handle: Any = None
+
+    def _hook(self, _module: nn.Module, _inputs: Any, output: Any) -> None:
+        tensor = output[0] if isinstance(output, (tuple, list)) else output
+        self.last = tensor.detach().float().cpu()
+
+    def __enter__(self) -> HiddenCapture:
+        self._handle = self.module.register_forward_hook(self._hook)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
