@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 TRACE_VERSION = 1
@@ -49,6 +49,9 @@ EVENT_SCHEMA: dict[str, tuple[str, ...]] = {
     "rerank": ("candidates", "chosen"),
     # A model-as-filter verdict over a passage set (BlendFilter).
     "filter": ("passage_ids", "kept", "raw_answer"),
+    # One retrieval decision with every unit's signal value, so another threshold can be replayed:
+    # ``units`` (tokens, words or sentences with ``value``), ``compare`` (">" or "<"), ``fired``.
+    "check": ("span", "signal", "threshold", "compare", "units", "fired"),
     # A relevance-classifier call (DR-RAG).
     "classifier": ("pair", "probability", "accepted"),
     # A selection of passages and the reason for it.
@@ -153,7 +156,7 @@ class Trace:
     error: str | None = None
     gold: dict[str, Any] = field(default_factory=dict)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    created_at: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
     version: int = TRACE_VERSION
 
     # -- access ---------------------------------------------------------------------------
@@ -191,7 +194,8 @@ class Trace:
     def from_dict(cls, d: dict[str, Any]) -> Trace:
         version = d.get("version")
         if version != TRACE_VERSION:
-            raise ValueError(f"trace version {version!r} is not supported (this explorer reads version {TRACE_VERSION})")
+            raise ValueError(f"trace version {version!r} is not supported "
+                             f"(this explorer reads version {TRACE_VERSION})")
         return cls(
             question=d["question"],
             method=d["method"],

@@ -51,7 +51,8 @@ def language():
 def shared_data() -> Path:
     path = shared_data_dir()
     if not path.is_dir():
-        pytest.skip(f"benchmark data not found at {path} (set EXPLORER_DATA or place ../shared/data beside the project)")
+        pytest.skip(f"benchmark data not found at {path} "
+                    "(set EXPLORER_DATA or place ../shared/data beside the project)")
     return path
 
 

@@ -1,0 +1,162 @@
+"""What the methods share: the common config fields, recorded retrieval, and the final answer step.
+
+Each method module then holds only its own decisions. Retrieval always goes through
+:func:`search`, so every query and every passage list lands in the trace the same way, and
+every run ends in :func:`finish`, which applies the answer convention of methods.md (if the text
+never says "So the answer is", append the phrase and let the model complete it).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from explorer.config import Config, param
+from explorer.engine.generation import Engine, Generation
+from explorer.methods import prompts
+from explorer.retrieval.base import Hit, Retriever
+from explorer.trace import TokenSignal, TraceRecorder
+
+
+@dataclass
+class BaseConfig(Config):
+    """Fields every method has. Defaults follow the DRAGIN paper's HotpotQA setting."""
+
+    max_length: int = param(100, lo=8, hi=1024, help="generation length: most answer tokens before stopping "
+                                                     "(the papers' generate_max_length: 64, 100 or 128)")
+    fewshot: int = param(6, lo=0, hi=8, help="few-shot exemplars in the prompt (the papers use 6 to 8)")
+    exemplars: str = param("auto", choices=prompts.EXEMPLAR_CHOICES,
+                           help="exemplar set: auto picks yes/no or multi-hop from the question's first word")
+    answer_tokens: int = param(24, lo=1, hi=128, help="tokens allowed to complete a missing 'So the answer is'")
+
+
+@dataclass
+class RetrievalConfig(BaseConfig):
+    """Fields of methods that retrieve."""
+
+    top_k: int = param(3, lo=1, hi=20, help="passages per retrieval (the papers use 3)")
+    max_rounds: int = param(12, lo=1, hi=64, help="safety cap on generate/retrieve rounds per question")
+
+
+def shots(config: BaseConfig, question: str) -> str:
+    return prompts.exemplars(question, config.exemplars, config.fewshot)
+
+
+def search(rec: TraceRecorder, retriever: Retriever, query: str, k: int, *, source: str,
+           **details: Any) -> tuple[list[Hit], int]:
+    """Record the query, run the search, record the passages; returns the hits and the retrieval event id.
+
+    ``source`` names where the query came from (question, qfs, masked sentence, window...);
+    ``details`` are kept on the query event (QFS candidates and weights, masked tokens...).
+    """
+    query_event = rec.add("query", text=query, source=source, **details)
+    start = time.perf_counter()
+    hits = retriever.search(query, k) if query.strip() else []
+    elapsed = time.perf_counter() - start
+    rec.costs.retrievals += 1
+    rec.costs.wall_time["retrieval"] = rec.costs.wall_time.get("retrieval", 0.0) + elapsed
+    event = rec.add("retrieval", query=query_event.id, hits=[h.to_dict() for h in hits], k=k,
+                    seconds=round(elapsed, 5), retriever=getattr(retriever, "name", "retriever"))
+    if not hits:
+        rec.add("note", message=f"retrieval for {query!r} returned no passages; generation continues without them",
+                level="warning")
+    return hits, event.id
+
+
+def continuation(rec: TraceRecorder, gen: Generation, retrieval_event: int | None) -> None:
+    """Mark a generated span as the continuation that was given a retrieval's passages."""
+    if gen.event_id is not None and retrieval_event is not None:
+        rec.add("continuation", span=gen.event_id, retrieval=retrieval_event)
+
+
+def generate(engine: Engine, rec: TraceRecorder, segments: prompts.Segments, *, max_new_tokens: int, purpose: str,
+             attention: bool = False, **kwargs: Any) -> Generation:
+    """Generate with the project's stop strings (the model starting a new exemplar ends the span)."""
+    limit = max(1, max_new_tokens)
+    return engine.generate(segments, max_new_tokens=limit, purpose=purpose, rec=rec, attention=attention,
+                           stop_strings=prompts.STOP_STRINGS, **kwargs)
+
+
+def token_budget_left(engine: Engine, text: str, max_length: int) -> int:
+    """How many answer tokens remain before ``max_length`` (the papers' stopping rule)."""
+    return max_length - engine.count_tokens(text)
+
+
+def finish(engine: Engine, rec: TraceRecorder, config: BaseConfig, question: str, text: str,
+           hits: list[Hit] | None = None) -> None:
+    """Complete the answer phrase if missing, then record the final output and extracted answer."""
+    text = text.strip()
+    completed = False
+    if not prompts.has_answer(text):
+        lead = prompts.join_text(text, prompts.ANSWER_PHRASE)
+        segments = prompts.build_prompt(question, shots=shots(config, question), hits=hits or [],
+                                        answer_so_far=lead)
+        gen = engine.generate(segments, max_new_tokens=config.answer_tokens, purpose="answer", rec=rec,
+                              attention=False, stop_strings=("\n",), meta={"appended": prompts.ANSWER_PHRASE})
+        text = lead + gen.text.rstrip()
+        completed = True
+    answer = prompts.extract_answer(text)
+    rec.trace.output = text
+    rec.trace.answer = answer
+    rec.add("answer", text=text, answer=answer, completed_phrase=completed)
+
+
+def token_at_char(gen: Generation, char: int) -> int:
+    """Index of the first token of ``gen`` that starts at or after character ``char`` of its text."""
+    for i, start in enumerate(gen.offsets()):
+        if start >= char:
+            return i
+    return len(gen.tokens)
+
+
+def cut(rec: TraceRecorder, gen: Generation, token_index: int, *, reason: str) -> str:
+    """Keep ``gen``'s tokens before ``token_index``; record the cut and what was discarded. Returns the kept text."""
+    offsets = gen.offsets()
+    at = offsets[token_index] if token_index < len(offsets) else len(gen.text)
+    kept, discarded = gen.text[:at], gen.text[at:]
+    if discarded:
+        rec.costs.discarded_tokens += len(gen.tokens) - token_index
+        rec.add("truncation", span=gen.event_id, token_index=token_index, kept_text=kept, discarded_text=discarded,
+                reason=reason)
+    return kept
+
+
+def first_sentence_end(text: str) -> int:
+    """Character offset where the first sentence of ``text`` ends (spaCy's sentence splitter)."""
+    from explorer.engine.language import get_language
+
+    sentences = get_language().sentences(text)
+    if len(sentences) <= 1:
+        return len(text)
+    return sentences[1].start_char
+
+
+_SENTENCE_STARTED = re.compile(r"[.!?][\"')\]]*\s+\S|\n\s*\S")
+
+
+def second_sentence_started(tokens: list[TokenSignal]) -> bool:
+    """Cheap stop rule for look-ahead generation: a new sentence (or line) has begun after some text."""
+    text = "".join(t.text for t in tokens).lstrip()
+    return bool(_SENTENCE_STARTED.search(text))
+
+
+def keep_first_sentence(rec: TraceRecorder, gen: Generation) -> str:
+    """The first sentence of a span; the rest is cut (and recorded as discarded)."""
+    end = first_sentence_end(gen.text)
+    if end >= len(gen.text):
+        return gen.text
+    return cut(rec, gen, token_at_char(gen, end), reason="only the first sentence is kept")
+
+
+def check(rec: TraceRecorder, *, span: int | None, signal: str, threshold: float, compare: str,
+          units: list[dict[str, Any]], fired: int | None, rule: str, **extra: Any) -> None:
+    """Record one retrieval decision with every unit's value, so any other threshold can be replayed.
+
+    ``units`` are tokens, words or sentences, each a dict with at least ``text`` and ``value``
+    (and ``eligible`` when some units cannot fire, such as stopwords); ``compare`` is ``>`` or
+    ``<``; ``fired`` is the index of the unit that fired, or None.
+    """
+    rec.add("check", span=span, signal=signal, threshold=threshold, compare=compare, units=units, fired=fired,
+            rule=rule, **extra)

@@ -1,0 +1,53 @@
+"""FS-RAG (IRCoT-style): after each generated sentence, retrieve with that sentence and go on.
+
+Generation stops as soon as a second sentence begins, so little is generated only to be thrown
+away; the first sentence is kept and becomes the next query. The first passages come from the
+question, as in IRCoT.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from explorer.config import param
+from explorer.methods import common, prompts
+from explorer.methods.base import Method, register
+from explorer.trace import TraceRecorder
+
+
+@dataclass
+class FsConfig(common.RetrievalConfig):
+    sentence_tokens: int = param(64, lo=4, hi=512, help="most tokens one sentence may take")
+    initial_retrieval: bool = param(True, help="retrieve with the question before the first sentence")
+
+
+@register
+class FsRAG(Method):
+    name = "fs"
+    title = "FS-RAG (every sentence)"
+    Config = FsConfig
+
+    def run(self, question: str, rec: TraceRecorder) -> None:
+        cfg, engine = self.config, self.engine
+        shots = common.shots(cfg, question)
+        hits, retrieval = [], None
+        if cfg.initial_retrieval:
+            hits, retrieval = common.search(rec, self.retriever, question, cfg.top_k, source="question")
+        text = ""
+        for rnd in range(cfg.max_rounds):
+            rec.step = rnd
+            budget = common.token_budget_left(engine, text, cfg.max_length)
+            if budget <= 0:
+                break
+            segments = prompts.build_prompt(question, shots=shots, hits=hits, answer_so_far=text)
+            gen = common.generate(engine, rec, segments, max_new_tokens=min(cfg.sentence_tokens, budget),
+                                  purpose="sentence", until=common.second_sentence_started)
+            common.continuation(rec, gen, retrieval)
+            sentence = common.keep_first_sentence(rec, gen).strip()
+            if not sentence:
+                break
+            text = prompts.join_text(text, sentence)
+            if prompts.has_answer(text) or gen.stopped_by in ("eos", "stop_string") and sentence == gen.text.strip():
+                break
+            hits, retrieval = common.search(rec, self.retriever, sentence, cfg.top_k, source="sentence")
+        common.finish(engine, rec, cfg, question, text, hits)

@@ -1,0 +1,27 @@
+"""wo-RAG: the few-shot chain-of-thought answer with no retrieval at all, the floor every method is measured against."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from explorer.methods import common, prompts
+from explorer.methods.base import Method, register
+from explorer.trace import TraceRecorder
+
+
+@dataclass
+class WoConfig(common.BaseConfig):
+    """Only the generation settings: nothing is retrieved."""
+
+
+@register
+class WoRAG(Method):
+    name = "wo"
+    title = "wo-RAG (no retrieval)"
+    Config = WoConfig
+
+    def run(self, question: str, rec: TraceRecorder) -> None:
+        cfg = self.config
+        segments = prompts.build_prompt(question, shots=common.shots(cfg, question))
+        gen = common.generate(self.engine, rec, segments, max_new_tokens=cfg.max_length, purpose="answer")
+        common.finish(self.engine, rec, cfg, question, gen.text)
