@@ -97,7 +97,8 @@ def pooled_documents(data_dir: Path, *, show_progress: bool = False) -> Iterator
             raise CorpusError(f"benchmark source file missing: {rel}", where=str(data_dir),
                               fix="restore the benchmark data folder (see its README)")
         _, docs = open_documents(path, shape)
-        for doc in tqdm(docs, desc=f"pooling {label}", unit=" paragraphs", disable=not show_progress, leave=False):
+        for doc in tqdm(docs, desc=f"pooling {label}", unit=" paragraphs", disable=not show_progress, leave=False,
+                        delay=0.5):
             yield paragraph_document(doc.title, doc.text, doc.where)
 
 

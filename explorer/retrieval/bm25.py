@@ -101,7 +101,8 @@ def tokenize_corpus(passages: list[Passage], tokenizer: Tokenizer, *, show_progr
     word_ids: dict[str, int] = {}  # raw word -> term id, or -1 when the word is not indexed
     docs: list[list[int]] = []
     words_of = tokenizer.words
-    for passage in tqdm(passages, desc="tokenizing", unit=" passages", disable=not show_progress, leave=False):
+    for passage in tqdm(passages, desc="tokenizing", unit=" passages", disable=not show_progress, leave=False,
+                        delay=0.5):
         ids = []
         for word in words_of(f"{passage.title} {passage.text}"):
             tid = word_ids.get(word)
@@ -152,7 +153,9 @@ class BM25Retriever:
             raise CorpusError("no passage has a searchable word (only stopwords, punctuation or single letters)",
                               where=str(self.corpus.source), fix="add passages with real text")
         model = bm25s.BM25(k1=self.params.k1, b=self.params.b, method=self.params.method)
-        model.index((docs, vocab), create_empty_token=False, show_progress=progress is not None)
+        # bm25s draws its own bars, which only help on corpora that take a while
+        model.index((docs, vocab), create_empty_token=False,
+                    show_progress=progress is not None and len(docs) >= 100_000)
         return model
 
     def _store(self, model) -> None:

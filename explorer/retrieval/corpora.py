@@ -76,7 +76,7 @@ def collect_documents(docs: Iterable[Document], *, show_progress: bool = False,
 
     out: list[Document] = []
     seen: dict[str, int] = {}
-    for doc in tqdm(docs, desc=desc, unit=" docs", disable=not show_progress, leave=False):
+    for doc in tqdm(docs, desc=desc, unit=" docs", disable=not show_progress, leave=False, delay=0.5):
         index = seen.get(doc.id)
         if index is None:
             seen[doc.id] = len(out)
