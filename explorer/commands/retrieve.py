@@ -1,0 +1,60 @@
+"""``python -m explorer retrieve``: search a corpus with BM25 from the command line.
+
+The quickest way to see what a method's query would bring back, and to check that a corpus file
+loads and indexes before pointing a run at it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import textwrap
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "retrieve", help="search a corpus with BM25 and print the best passages",
+        description="Search a corpus (demo, benchmark, or a corpus file/folder) and print rank, score, id, "
+                    "title and a snippet of each hit.")
+    parser.add_argument("query", help="the search text")
+    parser.add_argument("--corpus", default="demo", help="'demo' (default), 'benchmark', or a corpus path")
+    parser.add_argument("-k", type=int, default=5, help="number of passages (default 5)")
+    parser.add_argument("--format", dest="fmt", default=None,
+                        help="corpus format when the extension does not tell (dpr, passages, hotpotqa, 2wiki, "
+                             "musique, nq, txt)")
+    parser.add_argument("--width", type=int, default=160, help="characters of text shown per hit (default 160)")
+    parser.add_argument("--json", action="store_true", help="print the hits as JSON lines instead")
+    parser.set_defaults(handler=run)
+
+
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def snippet(text: str, width: int) -> str:
+    return textwrap.shorten(" ".join(text.split()), width=max(width, 20), placeholder=" ...")
+
+
+def run(args: argparse.Namespace) -> int:
+    from explorer.errors import ConfigError
+    from explorer.retrieval.registry import open_retriever
+
+    if args.k < 1:
+        raise ConfigError(f"-k must be at least 1, got {args.k}", fix="pass -k 5, for example")
+    retriever = open_retriever(args.corpus, progress=_progress, fmt=args.fmt)
+    hits = retriever.search(args.query, args.k)
+    if args.json:
+        for hit in hits:
+            print(json.dumps(hit.to_dict(), ensure_ascii=False))
+        return 0
+    if not hits:
+        print(f"no passage of '{retriever.name}' shares a searchable word with the query "
+              f"(stopwords, punctuation and unknown words are ignored)")
+        return 0
+    id_width = max(len(h.passage.id) for h in hits)
+    print(f"{'rank':>4}  {'score':>7}  {'id':<{id_width}}  title")
+    for hit in hits:
+        print(f"{hit.rank:>4}  {hit.score:>7.3f}  {hit.passage.id:<{id_width}}  {hit.passage.title}")
+        print(f"{'':>15}{snippet(hit.passage.text, args.width)}")
+    return 0

@@ -1,0 +1,185 @@
+"""The benchmark corpus: the paragraphs of the benchmark question sets pooled into one searchable corpus.
+
+Pooling the distractor/gold paragraphs of HotpotQA, MuSiQue and NQ-open with the 2WikiMultihopQA
+corpus and a DPR sample gives every question its gold evidence among ~15,000 passages of look-alike
+Wikipedia text, which is what makes retrieval decisions in the explorer mean something.
+
+Paragraphs are deduplicated by (title, text), cut into passages of at most 100 words and given
+content ids (:func:`explorer.retrieval.splitter.paragraph_passage_ids`), so that the question loaders
+in :mod:`explorer.eval.datasets` compute the same gold ids on their own. The gold mapping written
+beside the corpus is produced *by those loaders*, and every id in it is checked to be in the corpus.
+
+Files (under the cache, ``benchmark/``): ``corpus.jsonl`` ({id, title, text} per line),
+``gold.json`` ({dataset: {file, questions: {question id: [passage ids]}}}) and ``manifest.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from explorer.errors import CorpusError
+from explorer.paths import cache_dir, shared_data_dir
+from explorer.retrieval.corpora import Corpus, collect_documents, corpus_from_documents
+from explorer.retrieval.formats import open_documents
+from explorer.retrieval.splitter import Document, paragraph_document
+
+Progress = Callable[[str], None]
+BUILDER_VERSION = 1
+
+# (label, file under the data folder, shape)
+SOURCES: tuple[tuple[str, str, str], ...] = (
+    ("hotpotqa", "hotpotqa/dev_distractor_100.json", "hotpotqa"),
+    ("musique", "musique/dev_100.json", "musique"),
+    ("2wiki", "2wikimultihopqa/corpus_6119.json", "passages"),
+    ("nq", "nq/nq_open_dev_oracle_2655.jsonl.gz", "nq"),
+    ("wikipedia", "wikipedia/dpr_sample_1000.jsonl", "passages"),
+)
+# (dataset name for load_dataset, file whose questions have gold paragraphs)
+GOLD_SOURCES: tuple[tuple[str, str], ...] = (
+    ("hotpotqa", "hotpotqa/dev_distractor_100.json"),
+    ("musique", "musique/dev_100.json"),
+    ("nq", "nq/nq_open_dev_oracle_2655.jsonl.gz"),
+    ("2wiki", "2wikimultihopqa/dev_2_with_context.json"),
+)
+
+
+@dataclass(frozen=True)
+class BenchmarkFiles:
+    folder: Path
+
+    @property
+    def corpus_path(self) -> Path:
+        return self.folder / "corpus.jsonl"
+
+    @property
+    def gold_path(self) -> Path:
+        return self.folder / "gold.json"
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.folder / "manifest.json"
+
+    def manifest(self) -> dict | None:
+        try:
+            return json.loads(self.manifest_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+
+    def complete(self) -> bool:
+        manifest = self.manifest()
+        return (manifest is not None and manifest.get("version") == BUILDER_VERSION
+                and self.corpus_path.is_file() and self.gold_path.is_file())
+
+
+def benchmark_files() -> BenchmarkFiles:
+    return BenchmarkFiles(cache_dir("benchmark"))
+
+
+def _missing_data(data_dir: Path) -> CorpusError:
+    return CorpusError(f"the benchmark data folder {data_dir} is missing", fix=(
+        "place the benchmark data at ../shared/data beside the project, set EXPLORER_DATA, or pass --data DIR; "
+        "without it, use the corpus 'demo'"))
+
+
+def pooled_documents(data_dir: Path, *, show_progress: bool = False) -> Iterator[Document]:
+    """Every source paragraph under its content id, in source order (duplicates included)."""
+    from tqdm import tqdm
+
+    for label, rel, shape in SOURCES:
+        path = data_dir / rel
+        if not path.is_file():
+            raise CorpusError(f"benchmark source file missing: {rel}", where=str(data_dir),
+                              fix="restore the benchmark data folder (see its README)")
+        _, docs = open_documents(path, shape)
+        for doc in tqdm(docs, desc=f"pooling {label}", unit=" paragraphs", disable=not show_progress, leave=False,
+                        delay=0.5):
+            yield paragraph_document(doc.title, doc.text, doc.where)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def gold_mapping(data_dir: Path) -> dict[str, dict]:
+    """Gold passage ids per question, computed by the question loaders themselves."""
+    from explorer.eval.datasets import load_dataset
+
+    out: dict[str, dict] = {}
+    for name, rel in GOLD_SOURCES:
+        questions = load_dataset(name, path=data_dir / rel)
+        out[name] = {"file": rel, "questions": {q.id: q.gold_passages for q in questions if q.gold_passages}}
+    return out
+
+
+def build_benchmark_corpus(data_dir: Path | None = None, *, progress: Progress | None = None) -> BenchmarkFiles:
+    """Pool, deduplicate, split and write the corpus and its gold mapping (always rebuilds)."""
+    data = Path(data_dir) if data_dir else shared_data_dir()
+    if not data.is_dir():
+        raise _missing_data(data)
+    files = benchmark_files()
+    started = time.perf_counter()
+    if progress:
+        progress(f"building the benchmark corpus from {data}")
+    docs = collect_documents(pooled_documents(data, show_progress=progress is not None))
+    corpus = corpus_from_documents("benchmark", docs, source=files.corpus_path, fmt="passages")
+    gold = gold_mapping(data)
+    missing = [(name, qid, pid) for name, entry in gold.items() for qid, ids in entry["questions"].items()
+               for pid in ids if corpus.passage(pid) is None]
+    if missing:
+        raise CorpusError(f"{len(missing)} gold passage ids are not in the pooled corpus, e.g. {missing[0]}",
+                          where=str(data), fix="the benchmark files do not match each other; restore them")
+    lines = "".join(json.dumps({"id": p.id, "title": p.title, "text": p.text}, ensure_ascii=False) + "\n"
+                    for p in corpus.passages)
+    _write_atomic(files.corpus_path, lines)
+    _write_atomic(files.gold_path, json.dumps(gold, ensure_ascii=False, indent=1))
+    manifest = {"version": BUILDER_VERSION, "data_dir": str(data), "documents": corpus.documents,
+                "passages": len(corpus), "fingerprint": corpus.fingerprint,
+                "sources": [rel for _, rel, _ in SOURCES], "gold_questions": {k: len(v["questions"])
+                                                                               for k, v in gold.items()},
+                "built": time.strftime("%Y-%m-%dT%H:%M:%S"), "seconds": round(time.perf_counter() - started, 2)}
+    _write_atomic(files.manifest_path, json.dumps(manifest, indent=1))  # written last: marks the set complete
+    if progress:
+        progress(f"benchmark corpus: {corpus.documents:,} paragraphs -> {len(corpus):,} passages "
+                 f"({files.corpus_path})")
+    return files
+
+
+def ensure_benchmark_corpus(data_dir: Path | None = None, *, progress: Progress | None = None) -> BenchmarkFiles:
+    """The built benchmark corpus, building it first when it is absent or from an older builder."""
+    files = benchmark_files()
+    if files.complete():
+        return files
+    data = Path(data_dir) if data_dir else shared_data_dir()
+    if not data.is_dir():
+        raise _missing_data(data)
+    if progress is None:
+        progress = _stderr
+    return build_benchmark_corpus(data, progress=progress)
+
+
+def _stderr(message: str) -> None:
+    import sys
+
+    print(message, file=sys.stderr, flush=True)
+
+
+def load_benchmark_gold() -> dict[str, dict[str, list[str]]]:
+    """{dataset: {question id: gold passage ids}} of the built benchmark corpus."""
+    files = ensure_benchmark_corpus()
+    data = json.loads(files.gold_path.read_text(encoding="utf-8"))
+    return {name: entry["questions"] for name, entry in data.items()}
+
+
+def benchmark_corpus(progress: Progress | None = None) -> Corpus:
+    from explorer.retrieval.corpora import load_corpus
+
+    ensure_benchmark_corpus(progress=progress)
+    return load_corpus("benchmark")

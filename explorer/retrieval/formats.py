@@ -1,0 +1,375 @@
+"""Readers for every corpus format the explorer accepts, each yielding :class:`Document` records.
+
+A file has a *container* (TSV, a JSON array, JSON lines, optionally gzipped, or a folder) and a
+*record shape*; the two are independent, because the same shape ships both ways (MuSiQue's
+official file is JSON lines, the sample here is a JSON array; NQ oracle files are gzipped lines).
+Shapes:
+
+==========  =====================================================================================
+dpr         DPR ``psgs_w100`` TSV with the header ``id  text  title`` (quoted the way csv writes)
+passages    ``{id, title, text}`` records, or FlashRAG's ``{id, contents}`` where ``contents`` is
+            ``"Title"\\ntext``; ``id`` and ``title`` may be absent (the 2WikiMultihopQA corpus)
+hotpotqa    questions with ``context`` = [[title, [sentences]]] (HotpotQA, and 2WikiMultihopQA's
+2wiki       official format, told apart by its ``evidences``)
+musique     questions with ``paragraphs`` = [{title, paragraph_text, is_supporting}]
+nq          questions with ``ctxs`` = [{title, text}] (NQ-open oracle / DPR retriever output)
+txt         a folder of ``.txt`` files (title = file name without extension), or one such file
+==========  =====================================================================================
+
+Paragraphs taken from questions have no id of their own; they get the content id of
+:mod:`explorer.retrieval.splitter`, so a paragraph shared by many questions is one document.
+Every malformed record raises :class:`CorpusError` naming the file, the line (or item and JSON
+path) and the reason.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from explorer.errors import CorpusError
+from explorer.retrieval.splitter import Document, join_sentences, paragraph_document
+
+FORMATS = ("dpr", "passages", "hotpotqa", "2wiki", "musique", "nq", "txt")
+QUESTION_FORMATS = ("hotpotqa", "2wiki", "musique", "nq")
+_FORMAT_FIX = f"pass one of {', '.join(FORMATS)} as the format (--format / fmt=)"
+
+Record = tuple[str, Any]  # (where, parsed JSON value)
+
+
+# --- containers -----------------------------------------------------------------------------------
+
+
+def _strip_gz(name: str) -> str:
+    return name[:-3] if name.endswith(".gz") else name
+
+
+def container_of(path: Path) -> str:
+    """``folder``, ``tsv``, ``json``, ``jsonl`` or ``txt`` from the path; CorpusError for anything else."""
+    if path.is_dir():
+        return "folder"
+    name = _strip_gz(path.name.lower())
+    for suffix, container in ((".tsv", "tsv"), (".jsonl", "jsonl"), (".ndjson", "jsonl"), (".json", "json"),
+                              (".txt", "txt")):
+        if name.endswith(suffix):
+            return container
+    raise CorpusError(f"cannot tell the format of '{path.name}' from its extension", where=str(path),
+                      fix="name it .tsv, .json, .jsonl (optionally .gz) or .txt, or point at a folder of .txt files")
+
+
+def open_text(path: Path) -> io.TextIOBase:
+    """A UTF-8 text stream, gunzipped when the name ends in .gz."""
+    try:
+        if path.name.lower().endswith(".gz"):
+            return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig", newline="")
+        return open(path, encoding="utf-8-sig", newline="")
+    except OSError as exc:
+        raise CorpusError(f"cannot open the file ({exc.strerror or exc})", where=str(path),
+                          fix="check the path and its permissions") from exc
+
+
+@contextmanager
+def _read_errors(where: Callable[[], str]) -> Iterator[None]:
+    """Turn decoding and gzip errors met while reading into a CorpusError at the current position."""
+    try:
+        yield
+    except UnicodeDecodeError as exc:
+        raise CorpusError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", where=where(),
+                          fix="re-save the file as UTF-8") from exc
+    except (OSError, EOFError) as exc:  # gzip.BadGzipFile is an OSError
+        raise CorpusError(f"cannot read the file ({exc})", where=where(),
+                          fix="the file is damaged or truncated; download it again") from exc
+
+
+def iter_jsonl(path: Path) -> Iterator[Record]:
+    """(``file:line``, value) for every non-blank line."""
+    number = 0
+    with open_text(path) as stream, _read_errors(lambda: f"{path}:{number + 1}"):
+        for number, line in enumerate(stream, start=1):  # noqa: B007 (read by the error guard)
+            if not line.strip():
+                continue
+            try:
+                yield f"{path}:{number}", json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise CorpusError(f"not valid JSON ({exc.msg} at column {exc.colno})", where=f"{path}:{number}",
+                                  fix="write one JSON object per line") from exc
+
+
+def load_json(path: Path) -> Any:
+    with open_text(path) as stream, _read_errors(lambda: str(path)):
+        try:
+            return json.load(stream)
+        except json.JSONDecodeError as exc:
+            raise CorpusError(f"not valid JSON ({exc.msg})", where=f"{path}:{exc.lineno}:{exc.colno}",
+                              fix="check the file is complete JSON (a list of records)") from exc
+
+
+def iter_json_array(path: Path) -> Iterator[Record]:
+    """(``file [item i]``, value) for every element of a top-level JSON list."""
+    data = load_json(path)
+    if not isinstance(data, list):
+        raise CorpusError(f"expected a JSON list of records at the top level, found {type(data).__name__}",
+                          where=str(path), fix="store the records as a JSON array, or as JSON lines (.jsonl)")
+    for index, value in enumerate(data):
+        yield f"{path} [item {index}]", value
+
+
+def iter_records(path: Path, container: str) -> Iterator[Record]:
+    return iter_jsonl(path) if container == "jsonl" else iter_json_array(path)
+
+
+# --- field checks ---------------------------------------------------------------------------------
+
+
+def _fail(where: str, what: str, fix: str) -> CorpusError:
+    return CorpusError(what, where=where, fix=fix)
+
+
+def _need(record: Any, key: str, kind: type | tuple[type, ...], where: str, path: str, fix: str) -> Any:
+    """record[key] checked for presence and type; ``path`` is the JSON path shown in the message."""
+    if not isinstance(record, dict):
+        raise _fail(where, f"{path or 'the record'} should be a JSON object, found {type(record).__name__}", fix)
+    if key not in record:
+        raise _fail(where, f"missing key '{key}' in {path or 'the record'}", fix)
+    value = record[key]
+    if not isinstance(value, kind) or isinstance(value, bool):
+        names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise _fail(where, f"{path}.{key} should be {names}, found {type(value).__name__}", fix)
+    return value
+
+
+def _optional_str(record: dict, key: str, where: str, fix: str) -> str | None:
+    value = record.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise _fail(where, f"'{key}' should be a string, found {type(value).__name__}", fix)
+    return value
+
+
+def _record_id(record: dict, where: str, fix: str) -> str | None:
+    for key in ("id", "_id", "docid"):
+        if key in record and record[key] is not None:
+            value = record[key]
+            if isinstance(value, bool) or not isinstance(value, (str, int)):
+                raise _fail(where, f"'{key}' should be a string or an integer, found {type(value).__name__}", fix)
+            text = str(value).strip()
+            if not text:
+                raise _fail(where, f"'{key}' is empty", fix)
+            return text
+    return None
+
+
+# --- record shapes --------------------------------------------------------------------------------
+
+_PASSAGES_FIX = 'give each record "text" (or FlashRAG\'s "contents"), and optionally "id" and "title"'
+
+
+def split_contents(contents: str) -> tuple[str, str]:
+    """FlashRAG ``contents``: the first line is the title (DPR quotes it), the rest the text."""
+    first, sep, rest = contents.partition("\n")
+    if not sep:
+        return "", contents.strip()
+    title = first.strip()
+    if len(title) >= 2 and title[0] == title[-1] == '"':
+        title = title[1:-1]
+    return title, rest.strip()
+
+
+def passage_record(where: str, record: Any) -> Iterator[Document]:
+    if not isinstance(record, dict):
+        raise _fail(where, f"expected a JSON object, found {type(record).__name__}", _PASSAGES_FIX)
+    if "text" in record:
+        text = _need(record, "text", str, where, "", _PASSAGES_FIX)
+        title = _optional_str(record, "title", where, _PASSAGES_FIX) or ""
+    elif "contents" in record:
+        title, text = split_contents(_need(record, "contents", str, where, "", _PASSAGES_FIX))
+    else:
+        raise _fail(where, "missing key 'text' (or 'contents')", _PASSAGES_FIX)
+    doc_id = _record_id(record, where, _PASSAGES_FIX)
+    if doc_id is None:
+        yield paragraph_document(title, text, where)
+    else:
+        yield Document(id=doc_id, title=title, text=text, where=where)
+
+
+_CONTEXT_FIX = "use the official HotpotQA / 2WikiMultihopQA format: context = [[title, [sentence, ...]], ...]"
+
+
+def context_record(where: str, record: Any) -> Iterator[Document]:
+    context = _need(record, "context", (list, dict), where, "", _CONTEXT_FIX)
+    if isinstance(context, dict):  # the Hugging Face datasets layout: {title: [...], sentences: [[...]]}
+        titles = _need(context, "title", list, where, ".context", _CONTEXT_FIX)
+        sentences = _need(context, "sentences", list, where, ".context", _CONTEXT_FIX)
+        if len(titles) != len(sentences):
+            raise _fail(where, ".context has different numbers of titles and sentence lists", _CONTEXT_FIX)
+        context = [list(pair) for pair in zip(titles, sentences, strict=True)]
+    for i, item in enumerate(context):
+        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str) and isinstance(item[1], list)
+                and all(isinstance(s, str) for s in item[1])):
+            raise _fail(where, f".context[{i}] should be [title, [sentence, ...]]", _CONTEXT_FIX)
+        yield paragraph_document(item[0], join_sentences(item[1]), f"{where} .context[{i}]")
+
+
+_MUSIQUE_FIX = "use the official MuSiQue format: paragraphs = [{title, paragraph_text, is_supporting}, ...]"
+
+
+def musique_record(where: str, record: Any) -> Iterator[Document]:
+    paragraphs = _need(record, "paragraphs", list, where, "", _MUSIQUE_FIX)
+    for i, para in enumerate(paragraphs):
+        path = f".paragraphs[{i}]"
+        title = _need(para, "title", str, where, path, _MUSIQUE_FIX)
+        text = _need(para, "paragraph_text", str, where, path, _MUSIQUE_FIX)
+        yield paragraph_document(title, text, f"{where} {path}")
+
+
+_NQ_FIX = "use the NQ-open oracle format: ctxs = [{title, text}, ...]"
+
+
+def ctxs_record(where: str, record: Any) -> Iterator[Document]:
+    ctxs = _need(record, "ctxs", list, where, "", _NQ_FIX)
+    for i, ctx in enumerate(ctxs):
+        path = f".ctxs[{i}]"
+        title = _need(ctx, "title", str, where, path, _NQ_FIX)
+        text = _need(ctx, "text", str, where, path, _NQ_FIX)
+        yield paragraph_document(title, text, f"{where} {path}")
+
+
+SHAPE_READERS: dict[str, Callable[[str, Any], Iterator[Document]]] = {
+    "passages": passage_record,
+    "hotpotqa": context_record,
+    "2wiki": context_record,
+    "musique": musique_record,
+    "nq": ctxs_record,
+}
+
+
+def shape_of(where: str, record: Any) -> str:
+    """The record shape from its keys (used on the first record when no format is given)."""
+    if isinstance(record, dict):
+        if "context" in record:
+            return "2wiki" if "evidences" in record else "hotpotqa"
+        if "paragraphs" in record:
+            return "musique"
+        if "ctxs" in record:
+            return "nq"
+        if "text" in record or "contents" in record:
+            return "passages"
+        keys = ", ".join(sorted(map(str, record))[:8])
+        raise CorpusError(f"cannot tell the format from the keys ({keys})", where=where, fix=_FORMAT_FIX)
+    raise CorpusError(f"expected a JSON object, found {type(record).__name__}", where=where, fix=_FORMAT_FIX)
+
+
+# --- DPR TSV and text files -----------------------------------------------------------------------
+
+_DPR_FIX = "DPR passages are tab-separated with the header 'id<TAB>text<TAB>title'"
+
+
+def iter_dpr_tsv(path: Path) -> Iterator[Document]:
+    csv.field_size_limit(1 << 30)
+    line = 0
+    with open_text(path) as stream, _read_errors(lambda: f"{path}:{line + 1}"):
+        reader = csv.reader(stream, delimiter="\t")
+        try:
+            header = [h.strip().lower() for h in next(reader)]
+        except StopIteration:
+            raise CorpusError("the file is empty", where=str(path), fix=_DPR_FIX) from None
+        missing = [c for c in ("id", "text", "title") if c not in header]
+        if missing:
+            raise CorpusError(f"the header lacks column(s) {', '.join(missing)} (found: {', '.join(header)})",
+                              where=f"{path}:1", fix=_DPR_FIX)
+        at = {name: header.index(name) for name in ("id", "text", "title")}
+        try:
+            for row in reader:
+                line = reader.line_num
+                if not row or (len(row) == 1 and not row[0].strip()):
+                    continue
+                where = f"{path}:{line}"
+                if len(row) != len(header):
+                    raise CorpusError(f"expected {len(header)} tab-separated columns, found {len(row)}", where=where,
+                                      fix=_DPR_FIX)
+                doc_id = row[at["id"]].strip()
+                if not doc_id:
+                    raise CorpusError("empty id", where=where, fix=_DPR_FIX)
+                yield Document(id=doc_id, title=row[at["title"]], text=row[at["text"]], where=where)
+        except csv.Error as exc:
+            raise CorpusError(f"malformed TSV ({exc})", where=f"{path}:{reader.line_num}", fix=_DPR_FIX) from exc
+
+
+def _read_txt(path: Path, doc_id: str) -> Document:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorpusError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", where=str(path),
+                          fix="re-save the file as UTF-8") from exc
+    except OSError as exc:
+        raise CorpusError(f"cannot read the file ({exc.strerror or exc})", where=str(path)) from exc
+    return Document(id=doc_id, title=path.stem, text=text, where=str(path))
+
+
+def iter_txt(path: Path) -> Iterator[Document]:
+    """One document per .txt file (searched recursively); id = path inside the folder without .txt."""
+    if path.is_file():
+        yield _read_txt(path, path.stem)
+        return
+    files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() == ".txt")
+    if not files:
+        raise CorpusError("the folder holds no .txt files", where=str(path),
+                          fix="put one UTF-8 .txt file per document in it, or point at a corpus file")
+    for file in files:
+        yield _read_txt(file, file.relative_to(path).with_suffix("").as_posix())
+
+
+# --- dispatch -------------------------------------------------------------------------------------
+
+
+def _check_format(fmt: str) -> str:
+    name = fmt.strip().lower()
+    aliases = {"jsonl": "passages", "json": "passages", "flashrag": "passages", "tsv": "dpr", "psgs_w100": "dpr",
+               "2wikimultihopqa": "2wiki", "hotpot": "hotpotqa", "folder": "txt", "text": "txt"}
+    name = aliases.get(name, name)
+    if name not in FORMATS:
+        raise CorpusError(f"unknown corpus format '{fmt}'", fix=_FORMAT_FIX)
+    return name
+
+
+def open_documents(path: Path, fmt: str | None = None) -> tuple[str, Iterator[Document]]:
+    """The detected (or given) format and an iterator over the file's documents.
+
+    Detection: a folder or ``.txt`` is ``txt``, ``.tsv`` is ``dpr``; for JSON the first record's keys
+    decide, and every later record must have the same shape.
+    """
+    if not path.exists():
+        raise CorpusError(f"no such file or folder: {path}", fix="check the path, or use the corpus name 'demo'")
+    container = container_of(path)
+    wanted = _check_format(fmt) if fmt else None
+    if container in ("folder", "txt"):
+        if wanted not in (None, "txt"):
+            raise CorpusError(f"format '{wanted}' cannot be read from a {container}", where=str(path), fix=_FORMAT_FIX)
+        return "txt", iter_txt(path)
+    if container == "tsv":
+        if wanted not in (None, "dpr"):
+            raise CorpusError(f"format '{wanted}' cannot be read from a .tsv file", where=str(path), fix=_FORMAT_FIX)
+        return "dpr", iter_dpr_tsv(path)
+    if wanted in ("dpr", "txt"):
+        raise CorpusError(f"format '{wanted}' cannot be read from a JSON file", where=str(path), fix=_FORMAT_FIX)
+
+    records = iter_records(path, container)
+    first = next(records, None)
+    if first is None:
+        raise CorpusError("the file holds no records", where=str(path), fix="add at least one passage")
+    shape = wanted or shape_of(*first)
+    reader = SHAPE_READERS[shape]
+
+    def documents() -> Iterator[Document]:
+        yield from reader(*first)
+        for record in records:
+            yield from reader(*record)
+
+    return shape, documents()
