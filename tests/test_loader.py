@@ -106,7 +106,7 @@ def test_several_gguf_files_ask_for_one(tmp_path: Path) -> None:
     assert "a.Q4_0.gguf" in str(info.value) and "b.Q8_0.gguf" in str(info.value)
 
 
-@pytest.mark.parametrize("attn", ["sdpa", "flash_attention_2"])
+@pytest.mark.parametrize("attn", ["flash_attention_2", "flex_attention"])
 def test_attention_signals_require_eager(attn: str) -> None:
     with pytest.raises(ModelError) as info:
         load_model("embedded", attn_implementation=attn, need_attentions=True)

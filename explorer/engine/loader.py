@@ -29,6 +29,8 @@ DTYPES = ("float32", "float16", "bfloat16")
 _DTYPE_ALIASES = {"fp32": "float32", "f32": "float32", "fp16": "float16", "f16": "float16", "half": "float16",
                   "bf16": "bfloat16"}
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flex_attention")
+#: Backends from which attention signals can be read (see explorer.engine.attention).
+SIGNAL_ATTN = ("eager", "sdpa")
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                  "pytorch_model.bin.index.json")
 _TRUTHY = {"1", "true", "yes", "on"}
@@ -81,10 +83,11 @@ def check_attention(attn_implementation: str, need_attentions: bool) -> str:
     if attn_implementation not in ATTN_IMPLEMENTATIONS:
         raise ModelError(f"unknown attention implementation {attn_implementation!r}",
                          fix=f"use one of {', '.join(ATTN_IMPLEMENTATIONS)}")
-    if need_attentions and attn_implementation != "eager":
-        raise ModelError(f"attention signals need attn_implementation=\"eager\", got {attn_implementation!r}: "
-                         "only the eager implementation returns attention weights",
-                         fix="load the model with attn_implementation=\"eager\" (--attn eager)")
+    if need_attentions and attn_implementation not in SIGNAL_ATTN:
+        raise ModelError(f"attention signals need attn_implementation=\"eager\" (or \"sdpa\", whose last layer the "
+                         f"explorer reads through an eager probe), got {attn_implementation!r}: "
+                         f"{attn_implementation} kernels never materialise attention weights",
+                         fix="load the model with attn_implementation=\"eager\" (--attn eager) or \"sdpa\"")
     return attn_implementation
 
 

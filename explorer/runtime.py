@@ -1,0 +1,51 @@
+"""Building the (model, engine, retriever) a run needs, once per process.
+
+The CLI, the web app and the evaluation runner all open their runtime here, so a model and an
+index are loaded once however many questions run, and the same spec strings ("embedded",
+"demo", a path) mean the same thing everywhere.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from explorer.methods.base import Runtime
+
+Progress = Callable[[str], None]
+
+_lock = threading.Lock()
+_engines: dict[tuple, object] = {}
+
+
+def open_engine(model: str = "embedded", *, dtype: str = "float32", device: str = "cpu", attn: str = "sdpa",
+                progress: Progress | None = None):
+    """The shared :class:`~explorer.engine.generation.Engine` for a model spec (loaded on first use).
+
+    ``sdpa`` is the default backend: the engine's attention probe reads the last layer's weights
+    on top of it, so attention signals cost no eager kernels on the other layers.
+    """
+    from explorer.engine.generation import Engine
+    from explorer.engine.loader import load_model
+
+    key = (model, dtype, device, attn)
+    with _lock:
+        engine = _engines.get(key)
+        if engine is None:
+            lm = load_model(model, dtype=dtype, device=device, attn_implementation=attn,
+                            progress=progress or (lambda _m: None))
+            engine = Engine(lm)
+            _engines[key] = engine
+        return engine
+
+
+def open_runtime(model: str = "embedded", corpus: str = "demo", *, dtype: str = "float32", device: str = "cpu",
+                 attn: str = "sdpa", progress: Progress | None = None) -> Runtime:
+    """Engine and retriever together, with the corpus facts a trace records."""
+    from explorer.retrieval.registry import open_retriever
+
+    engine = open_engine(model, dtype=dtype, device=device, attn=attn, progress=progress)
+    retriever = open_retriever(corpus, progress=progress)
+    describe = getattr(retriever, "describe", None)
+    facts = describe() if callable(describe) else {"name": getattr(retriever, "name", corpus)}
+    return Runtime(engine=engine, retriever=retriever, corpus={"spec": corpus, **facts})
