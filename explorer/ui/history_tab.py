@@ -37,11 +37,13 @@ def build(store: RunStore, cache: history.TraceCache, exports: history.Exports, 
                               min_width=140)
             tag_btn = gr.Button("Tag", elem_id="history-tag-add", min_width=60)
             delete_btn = gr.Button("Delete", variant="stop", elem_id="history-delete", min_width=80)
-        with gr.Row():
-            json_btn = gr.Button("Export trace JSON", size="sm", elem_id="export-json")
-            html_btn = gr.Button("Export HTML report", size="sm", elem_id="export-html")
-            csv_btn = gr.Button("Export history CSV", size="sm", elem_id="export-csv")
-            file = gr.File(label="Export", interactive=False, elem_id="export-file", height=60)
+        with gr.Row(equal_height=True):
+            with gr.Column(scale=1, min_width=200):
+                json_btn = gr.Button("Export trace JSON", size="sm", elem_id="export-json")
+                html_btn = gr.Button("Export HTML report", size="sm", elem_id="export-html")
+                csv_btn = gr.Button("Export history CSV", size="sm", elem_id="export-csv")
+            file = gr.File(label="Exported file (click to download)", interactive=False, elem_id="export-file",
+                           height=110, scale=3)
         status = gr.HTML("", elem_id="history-status", js_on_load=None)
         view = viewblock.build("history", cache, head, '<p class="dre-empty">Tick a run and press Open, or tick '
                                                        "several and press Compare.</p>")

@@ -44,7 +44,7 @@ def render_run(trace: Trace, opts: ViewOptions, *, live_tokens: list[dict[str, A
         parts += [signals.render(view, opts, decisions, signal), query.render(view, opts),
                   retrievals.render(view, opts), uncertainty.render(view, opts), filtering.render(view, opts),
                   stages.render(view, opts)]
-        if not opts.compact:
+        if opts.costs:
             parts.append(costs.render([trace]))
     state = "live" if opts.live else "done"
     return (f'<article class="dre-run" id="dre-run-{view.key}" data-run="{esc(trace.run_id)}" '
@@ -58,7 +58,9 @@ def render_runs(traces: list[Trace], *, signal: str = "prob", whatif_at: Mapping
     """Runs side by side (and the one still running, if any), with their costs compared below."""
     whatif_at = whatif_at or {}
     streaming = live is not None
-    columns = [render_run(t, ViewOptions(signal=signal, whatif=whatif_at.get(t.run_id), compact=streaming))
+    alone = len(traces) == 1 and live is None
+    columns = [render_run(t, ViewOptions(signal=signal, whatif=whatif_at.get(t.run_id), compact=streaming,
+                                         costs=alone))
                for t in traces]
     if live is not None:
         columns.append(render_run(live, ViewOptions(signal=signal, live=True), live_tokens=live_tokens,
@@ -82,6 +84,7 @@ def render_comparison(traces: list[Trace], *, signal: str = "prob",
     from explorer.ui.panels import compare
 
     whatif_at = whatif_at or {}
-    columns = "".join(render_run(t, ViewOptions(signal=signal, whatif=whatif_at.get(t.run_id), compact=True))
+    columns = "".join(render_run(t, ViewOptions(signal=signal, whatif=whatif_at.get(t.run_id), compact=True,
+                                                costs=False))
                       for t in traces)
     return page(compare.render(traces) + f'<div class="dre-grid" data-runs="{len(traces)}">{columns}</div>')

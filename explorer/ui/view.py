@@ -160,3 +160,4 @@ class ViewOptions:
     whatif: float | None = None
     live: bool = False
     compact: bool = False
+    costs: bool = True
