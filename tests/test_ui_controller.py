@@ -28,8 +28,8 @@ def _spec(method: str, **settings) -> controls.RunSpec:
 
 
 def test_stream_shows_tokens_live_then_stores_and_reopens_exactly(controller):
-    specs = [_spec("flare", max_length=16, fewshot=1, answer_tokens=4, threshold=0.3), _spec("sr", max_length=8,
-                                                                                             fewshot=1, answer_tokens=2)]
+    specs = [_spec("flare", max_length=16, fewshot=1, answer_tokens=4, threshold=0.3),
+             _spec("sr", max_length=8, fewshot=1, answer_tokens=2)]
     updates = list(controller.stream("Where did the Lewiston Maineiacs play?", specs, gold={"answers": ["Colisée"]},
                                      session="s1"))
     live = [u for u in updates if not u.done]
