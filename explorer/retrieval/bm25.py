@@ -183,10 +183,18 @@ class BM25Retriever:
         self._prune_stale(final)
 
     def _prune_stale(self, final: Path) -> None:
-        """Remove older indexes of the same corpus file (same name and source hash, another key)."""
+        """Remove indexes of earlier contents of the same corpus file (same name and source hash, other
+        passages). Indexes of the same passages under other settings stay: they are still valid."""
         prefix = final.name[: -len(self.key)]
         for other in final.parent.glob(f"{prefix}*"):
-            if other != final and other.is_dir():
+            if other == final or not other.is_dir():
+                continue
+            try:
+                stale = json.loads((other / META_FILE).read_text(encoding="utf-8")).get("fingerprint") \
+                    != self.corpus.fingerprint
+            except (OSError, ValueError):
+                stale = True
+            if stale:
                 shutil.rmtree(other, ignore_errors=True)
 
     def _load_cached(self):
