@@ -257,6 +257,7 @@ def main() -> int:
     parser.add_argument("--no-save", action="store_true", help="print only; do not write benchmarks/results")
     args = parser.parse_args()
 
+    load_start = os.getloadavg()[0]
     lines = ["# BM25 retrieval benchmark", "", "Machine:", *machine(), ""]
     started = time.perf_counter()
     try:
@@ -323,8 +324,11 @@ def main() -> int:
             "| analysis | " + " | ".join(keys) + " |", "|---|" + "---:|" * len(keys)]
     more += [f"| {label} | " + " | ".join(f"{cells[k]:.3f}" for k in keys) + " |" for label, cells in choice]
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    more += ["", f"Load average at the end {load}; total {time.perf_counter() - started:.0f} s. Other people's work "
-                 "shares these 2 cores: treat absolute times as provisional, ratios measured in the same run hold."]
+    busy = max(load_start, os.getloadavg()[0]) > 1.2
+    more += ["", f"Load average at the end {load}; total {time.perf_counter() - started:.0f} s. "
+                 + ("Other work was running on the machine during this run (1-minute load above 1.2 with this "
+                    "benchmark using one core): absolute times are provisional; ratios measured in the same run hold."
+                    if busy else "The machine was otherwise idle during this run.")]
     print("\n".join(more), flush=True)
     lines += more
 

@@ -3,7 +3,9 @@
 Why bm25s: it stores, for every term, the BM25 contribution of every passage that contains it
 (a CSC matrix), so a query is a sum of a few posting lists plus a top-k selection, all in
 numpy. benchmarks/bench_retrieval.py measures it against rank-bm25 (which rescores the whole
-corpus in Python per query) on the same corpora; see benchmarks/results/retrieval.md.
+corpus in Python per query) on the same term lists: on the ~15,500-passage benchmark pool a query
+takes under 0.1 ms against tens of milliseconds with rank-bm25, and at a million passages ~1.6 ms,
+with the index built in under a minute (benchmarks/results/retrieval.md).
 
 Scoring is the Lucene variant that Elasticsearch, and so the dynamic-RAG papers, use:
 
