@@ -24,7 +24,7 @@ def controller(tiny_lm, demo_retriever, tmp_db):
 def _spec(method: str, **settings) -> controls.RunSpec:
     values = {(method, p.name): p.default for p in controls.params(method)}
     values.update({(method, k): v for k, v in settings.items()})
-    return controls.build_specs([method], {}, values)[0]
+    return controls.build_specs([method], {}, values, model="tiny")[0]
 
 
 def test_stream_shows_tokens_live_then_stores_and_reopens_exactly(controller):
@@ -79,6 +79,18 @@ def test_empty_question_and_bad_values_are_refused_with_the_configs_message(cont
         controls.build_specs([], {}, {})
     with pytest.raises(ConfigError, match="has no variant"):
         controls.build_specs(["dragin"], {"dragin": "imaginary"}, {})
+
+
+def test_only_changed_values_are_passed_so_the_model_preset_applies_and_is_recorded():
+    embedded = controls.model_name("embedded")
+    threshold = next(p for p in controls.params("dragin") if p.name == "threshold")
+    shown = controls.shown_default(threshold, "paper", embedded)
+    assert shown != threshold.default and "preset for" in controls.preset_note(threshold, "paper", embedded)
+    assert controls.shown_default(threshold, "reference", embedded) == threshold.default
+    values = {("dragin", p.name): controls.shown_default(p, "paper", embedded) for p in controls.params("dragin")}
+    assert controls.build_specs(["dragin"], {"dragin": "paper"}, values, model=embedded)[0].config == {}
+    values[("dragin", "top_k")] = 5
+    assert controls.build_specs(["dragin"], {}, values, model=embedded)[0].config == {"top_k": 5}
 
 
 def test_controls_come_from_the_config_description():

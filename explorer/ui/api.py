@@ -34,21 +34,20 @@ def _settings(method: str, text: str) -> dict[tuple[str, str], Any]:
     if not isinstance(values, dict):
         raise ExplorerError("settings must be a JSON object", where="settings", fix='e.g. {"threshold": 0.3}')
     known = {p.name for p in params(method)}
-    defaults = {(method, p.name): p.default for p in params(method)}
     unknown = sorted(set(values) - known)
     if unknown:
         raise ExplorerError(f"unknown setting(s) {', '.join(unknown)} for {method}", where="settings",
                             fix=f"known: {', '.join(sorted(known))}")
-    return {**defaults, **{(method, k): v for k, v in values.items()}}
+    return {(method, k): v for k, v in values.items()}
 
 
-def register(controller: RunController, store: RunStore) -> None:
+def register(controller: RunController, store: RunStore, model: str) -> None:
     """Add the named endpoints to the Blocks being built."""
 
     def run(question: str, method: str = "dragin", variant: str = "", settings: str = "{}") -> dict[str, Any]:
         """Run one method on one question, store the run, and return its id, status, answer and costs."""
         try:
-            spec: RunSpec = build_specs([method], {method: variant}, _settings(method, settings))[0]
+            spec: RunSpec = build_specs([method], {method: variant}, _settings(method, settings), model=model)[0]
             trace = controller.run_one(question, spec)
         except ExplorerError as exc:
             raise gr.Error(exc.message, print_exception=False) from None

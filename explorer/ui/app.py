@@ -53,8 +53,12 @@ def css_paths() -> list[Path]:
     return [ASSETS_DIR / "explorer.css", ASSETS_DIR / "app.css"]
 
 
-def _method_settings(methods: list[str]) -> tuple[dict[str, Any], dict[tuple[str, str], Any]]:
-    """One tab per method: its variant and every quick parameter, from its config's description."""
+def _method_settings(methods: list[str], model: str) -> tuple[dict[str, Any], dict[tuple[str, str], Any]]:
+    """One tab per method: its variant and every quick parameter, from its config's description.
+
+    Controls start at the loaded model's preset where one exists (shown in the help line), and
+    switching the variant moves preset-bearing controls to that variant's value.
+    """
     variant_inputs: dict[str, Any] = {}
     param_inputs: dict[tuple[str, str], Any] = {}
     with gr.Tabs(elem_id="method-settings"):
@@ -64,19 +68,33 @@ def _method_settings(methods: list[str]) -> tuple[dict[str, Any], dict[tuple[str
                 choices = list(controls.variants(method))
                 variant_inputs[method] = gr.Radio(choices, value=choices[0], label="variant",
                                                   elem_id=f"variant-{method}", visible=len(choices) > 1)
+                preset_bearing = []
                 with gr.Row():
                     for p in controls.params(method):
+                        value = controls.shown_default(p, choices[0], model)
+                        note = controls.preset_note(p, choices[0], model)
+                        info = p.info + (f" · {note}" if note else "")
                         if p.type == "bool":
-                            comp = gr.Checkbox(value=bool(p.default), label=p.name, info=p.info, elem_id=p.elem_id)
+                            comp = gr.Checkbox(value=bool(value), label=p.name, info=info, elem_id=p.elem_id)
                         elif p.choices:
-                            comp = gr.Dropdown(list(p.choices), value=p.default, label=p.name, info=p.info,
+                            comp = gr.Dropdown(list(p.choices), value=value, label=p.name, info=info,
                                                elem_id=p.elem_id)
                         elif p.type in ("int", "float"):
-                            comp = gr.Number(value=p.default, label=p.name, info=p.info, elem_id=p.elem_id,
+                            comp = gr.Number(value=value, label=p.name, info=info, elem_id=p.elem_id,
                                              step=1 if p.type == "int" else 0.01, min_width=180)
                         else:
-                            comp = gr.Textbox(value=str(p.default), label=p.name, info=p.info, elem_id=p.elem_id)
+                            comp = gr.Textbox(value=str(value), label=p.name, info=info, elem_id=p.elem_id)
                         param_inputs[(method, p.name)] = comp
+                        if any(controls.preset_note(p, v, model) for v in choices):
+                            preset_bearing.append((p, comp))
+                if preset_bearing:
+                    def on_variant(variant: str, bearing=tuple(preset_bearing)) -> list[Any]:
+                        return [gr.update(value=controls.shown_default(p, variant, model),
+                                          info=p.info + (f" · {n}" if (n := controls.preset_note(p, variant, model))
+                                                         else "")) for p, _ in bearing]
+
+                    variant_inputs[method].change(on_variant, variant_inputs[method], [c for _, c in preset_bearing],
+                                                  api_visibility="private", queue=False)
     return variant_inputs, param_inputs
 
 
@@ -92,6 +110,7 @@ def build_app(settings: AppSettings) -> gr.Blocks:
     cache = TraceCache(store)
     exports = Exports()
     methods = controls.method_names()
+    model_name = controls.model_name(settings.model)
     head = head_html()
 
     with gr.Blocks(title="Dynamic RAG Explorer", analytics_enabled=False) as demo:
@@ -121,13 +140,13 @@ def build_app(settings: AppSettings) -> gr.Blocks:
                         status = gr.HTML(status_html("Ready."), elem_id="run-status", js_on_load=None)
                 with gr.Accordion("Method settings (defaults from the papers; each value is checked by the method's "
                                   "config)", open=False, elem_id="settings"):
-                    variant_inputs, param_inputs = _method_settings(methods)
+                    variant_inputs, param_inputs = _method_settings(methods, model_name)
                 view = viewblock.build("run", cache, head, '<p class="dre-empty">Pick a question and methods, then '
                                        "press Run. Tokens appear as the model writes them.</p>")
             history_tab.build(store, cache, exports, head)
             with gr.Tab("How to read", id="help", elem_id="tab-help"):
                 gr.Markdown(HELP.read_text(encoding="utf-8"))
-        api.register(controller, store)
+        api.register(controller, store, model_name)
 
         # -- question picking ---------------------------------------------------------------
         def on_source(src: str) -> tuple[Any, Any, Any]:
@@ -158,7 +177,7 @@ def build_app(settings: AppSettings) -> gr.Blocks:
             try:
                 specs = controls.build_specs(list(data[chosen] or []),
                                              {m: data[c] for m, c in variant_inputs.items()},
-                                             {k: data[c] for k, c in param_inputs.items()})
+                                             {k: data[c] for k, c in param_inputs.items()}, model=model_name)
                 q = questions.find(data[source], data[picked])
                 text = (data[question] or "").strip()
                 gold_info = questions.gold_of(q) if q is not None and q.question.strip() == text else {}

@@ -13,6 +13,7 @@ from typing import Any
 
 from explorer.errors import ConfigError, ExplorerError
 from explorer.methods.base import METHODS, get_method
+from explorer.methods.presets import preset_for
 
 #: The order methods are offered in: baselines first, then the papers' methods; new ones follow.
 PREFERRED_ORDER = ("wo", "sr", "fl", "fs", "flare", "dragin", "seakr", "blendfilter", "drrag")
@@ -78,9 +79,30 @@ def all_params(methods: list[str]) -> list[Param]:
     return [p for m in methods for p in params(m)]
 
 
+def model_name(spec: str) -> str:
+    """The name a model's fingerprint will carry, known before loading it (presets are keyed by it)."""
+    if spec == "embedded":
+        from explorer.engine.embedded import EMBEDDED_NAME
+
+        return EMBEDDED_NAME
+    return spec.rstrip("/").rsplit("/", 1)[-1]
+
+
+def shown_default(param: Param, variant: str, model: str) -> Any:
+    """What a control starts at: the model's preset when there is one (thresholds do not transfer), else the paper's."""
+    return preset_for(model, param.method, variant).get(param.name, param.default)
+
+
+def preset_note(param: Param, variant: str, model: str) -> str:
+    value = preset_for(model, param.method, variant).get(param.name)
+    if value is None:
+        return ""
+    return f"preset for {model}: {value} (paper default {param.default}; thresholds do not transfer across models)"
+
+
 @dataclass(frozen=True)
 class RunSpec:
-    """A validated request to run one method: name, variant and the config as a dict."""
+    """A validated request to run one method: name, variant and the values the user set (the rest default)."""
 
     method: str
     variant: str
@@ -97,8 +119,12 @@ def _clean(value: Any) -> Any:
 
 
 def build_specs(methods: list[str], chosen_variants: dict[str, str],
-                values: dict[tuple[str, str], Any]) -> list[RunSpec]:
-    """Validate every chosen method's settings; the first bad value raises its ConfigError."""
+                values: dict[tuple[str, str], Any], *, model: str = "") -> list[RunSpec]:
+    """Validate every chosen method's settings; the first bad value raises its ConfigError.
+
+    Only values that differ from what the control started at are passed on, so a model's preset
+    is applied by the run itself, which records in the trace that it came from a preset.
+    """
     if not methods:
         raise ExplorerError("no method is selected", where="methods", fix="tick at least one method to run")
     specs = []
@@ -108,10 +134,15 @@ def build_specs(methods: list[str], chosen_variants: dict[str, str],
         if variant not in cls.variants:
             raise ConfigError(f"method {method} has no variant {variant!r}", where="variant",
                               fix=f"choose one of {', '.join(cls.variants)}")
-        settings = {p.name: _clean(values[(method, p.name)]) for p in params(method) if (method, p.name) in values}
+        settings = {}
         for p in params(method):
-            if p.type == "float" and isinstance(settings.get(p.name), int) and not isinstance(settings[p.name], bool):
-                settings[p.name] = float(settings[p.name])
-        config = cls.Config.from_dict(settings)
-        specs.append(RunSpec(method=method, variant=variant, config=config.to_dict()))
+            if (method, p.name) not in values:
+                continue
+            value = _clean(values[(method, p.name)])
+            if p.type == "float" and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)
+            if value != shown_default(p, variant, model):
+                settings[p.name] = value
+        cls.Config.from_dict({**preset_for(model, method, variant), **settings})  # validate now, before any run
+        specs.append(RunSpec(method=method, variant=variant, config=settings))
     return specs
