@@ -69,6 +69,9 @@ def start_app(workdir: Path, *, corpus: str = "demo", name: str = "app", timeout
     log = ARTIFACTS / f"server-{name}.log"
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
     env.setdefault("EXPLORER_CACHE", str(ROOT / ".cache"))
+    # One torch thread: on a shared 2-core machine two OpenMP threads contending with other work
+    # were measured 11x slower (86 s against 7.8 s for the same DRAGIN run).
+    env.setdefault("OMP_NUM_THREADS", "1")
     with log.open("w") as out:
         proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port), "--db", str(db),
                                  "--corpus", corpus], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -107,6 +110,12 @@ def choose(page: Any, elem_id: str, text: str) -> None:
     """Pick the option containing ``text`` in a Gradio dropdown."""
     page.locator(f"#{elem_id} input").click()
     page.locator("ul[role=listbox] li").filter(has_text=text).first.click()
+
+
+def pick_question(page: Any, text: str) -> None:
+    """Pick a listed question and wait until the app has put it in the question box."""
+    choose(page, "question-pick", text)
+    page.wait_for_function("(t) => document.querySelector('#question textarea').value.includes(t)", arg=text)
 
 
 def open_settings(page: Any, method: str) -> None:

@@ -23,6 +23,7 @@ from tests.browser_support import (
     choose,
     click_run,
     external,
+    pick_question,
     set_methods,
     set_param,
     shot,
@@ -80,7 +81,7 @@ def page(context, app):
 
 
 def _run_dragin(page, max_length: int = 24) -> None:
-    choose(page, "question-pick", "seating capacity")
+    pick_question(page, "seating capacity")
     set_methods(page, ["dragin"])
     set_param(page, "dragin", "max_length", max_length)
     set_param(page, "dragin", "fewshot", 2)
@@ -156,6 +157,7 @@ def test_dragin_run_history_reopen_compare_and_offline_report(page, app, context
     # the HTML report of the comparison opens from a file with the network off
     with page.expect_download() as download:
         page.locator("#export-html").click()
+        page.wait_for_selector("#history-status:has-text('HTML report')", timeout=60_000)
         page.locator("#export-file a").first.click(timeout=30_000)
     report = tmp_path / "report.html"
     download.value.save_as(report)
@@ -199,11 +201,21 @@ def test_history_tag_rename_search_export_and_delete(page, app, tmp_path):
         labels.first.inner_text()
     with page.expect_download() as download:
         page.locator("#export-csv").click()
+        page.wait_for_selector("#history-status:has-text('CSV')")
         page.locator("#export-file a").first.click(timeout=30_000)
     csv_path = tmp_path / "history.csv"
     download.value.save_as(csv_path)
     lines = csv_path.read_text().splitlines()
     assert lines[0].startswith("run_id,") and len(lines) == 2 and "keep" in lines[1]
+    run_id = lines[1].split(",")[0]
+    page.locator("#history-runs label").first.click()
+    with page.expect_download() as download:
+        page.locator("#export-json").click()
+        page.wait_for_selector("#history-status:has-text('Trace of run')")
+        page.locator("#export-file a").first.click(timeout=30_000)
+    json_path = tmp_path / "trace.json"
+    download.value.save_as(json_path)
+    assert Trace.from_json(json_path.read_text()).to_dict() == store.get(run_id).to_dict()
     page.locator("#history-tag input, #history-tag textarea").first.fill("")
     page.locator("#history-refresh").click()
     page.wait_for_timeout(800)
@@ -238,6 +250,7 @@ def test_html_and_js_payloads_from_the_user_and_the_corpus_show_as_text(page, ap
     page.wait_for_selector("#history-view .dre-run")
     with page.expect_download() as download:
         page.locator("#export-html").click()
+        page.wait_for_selector("#history-status:has-text('HTML report')", timeout=60_000)
         page.locator("#export-file a").first.click(timeout=30_000)
     report = tmp_path / "evil.html"
     download.value.save_as(report)
@@ -261,7 +274,7 @@ def test_two_runs_started_together_are_both_stored_intact(page, app):
     from gradio_client import Client
 
     client = Client(app.url, verbose=False)
-    choose(page, "question-pick", "seating capacity")
+    pick_question(page, "seating capacity")
     set_methods(page, ["wo"])
     set_param(page, "wo", "max_length", 8)
     set_param(page, "wo", "fewshot", 1)
@@ -295,9 +308,24 @@ def test_two_runs_started_together_are_both_stored_intact(page, app):
         assert fetched.to_dict() == trace.to_dict()
 
 
+def test_cancel_stops_the_run_and_stores_it_as_cancelled(page, app):
+    pick_question(page, "Inception born")
+    set_methods(page, ["dragin"])
+    set_param(page, "dragin", "max_length", 300)
+    click_run(page)
+    page.wait_for_selector("#run-view .dre-tokens .tok", timeout=120_000)
+    page.locator("#cancel").click()
+    page.wait_for_function("document.querySelector('#run-status').innerText.includes('Cancelled')", timeout=60_000)
+    run_id = page.locator("#run-view .dre-run").get_attribute("data-run")
+    assert page.locator("#run-view .dre-run").get_attribute("data-status") == "cancelled"
+    trace = RunStore(app.db).get(run_id)
+    assert trace.status == "cancelled" and "Inception" in trace.question
+    shot(page, "cancelled", "#run-view")
+
+
 def test_bad_parameters_and_empty_question_give_specific_messages(page):
     status = page.locator("#run-status")
-    choose(page, "question-pick", "seating capacity")
+    pick_question(page, "seating capacity")
     set_methods(page, ["dragin"])
     set_param(page, "dragin", "threshold", -1)
     click_run(page)
@@ -334,7 +362,7 @@ def test_killing_the_server_mid_run_leaves_the_database_sound(context, tmp_path)
         page.goto(server.url)
         page.wait_for_selector("#question-pick")
         wait_ready(page)
-        choose(page, "question-pick", "seating capacity")
+        pick_question(page, "seating capacity")
         set_methods(page, ["dragin"])
         set_param(page, "dragin", "max_length", 200)
         click_run(page)

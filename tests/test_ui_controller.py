@@ -101,6 +101,30 @@ def test_controls_come_from_the_config_description():
     assert controls.method_names()[:2] == ["wo", "sr"] and "dragin" in controls.method_names()
 
 
+def test_benchmark_questions_are_offered_only_when_the_data_is_there(monkeypatch, tmp_path):
+    from explorer.ui import questions
+
+    questions._load.cache_clear()
+    monkeypatch.setenv("EXPLORER_DATA", str(tmp_path / "absent"))
+    assert questions.sources() == [questions.TYPED, questions.DEMO, questions.CASES]
+    assert "not offered" in questions.data_note() and str(tmp_path / "absent") in questions.data_note()
+    cases = questions.choices(questions.CASES)
+    assert len(cases) == 4 and cases[0][0].startswith("[dragin] ")
+    picked = questions.find(questions.CASES, cases[0][1])
+    assert questions.gold_of(picked)["passages"] == ["demo-0001", "demo-0002"]
+
+
+@pytest.mark.shared_data
+def test_benchmark_questions_carry_their_gold(shared_data):
+    from explorer.ui import questions
+
+    assert questions.DATASET_PREFIX + "hotpotqa" in questions.sources() and questions.data_note() == ""
+    source = questions.DATASET_PREFIX + "hotpotqa"
+    key = questions.choices(source)[0][1]
+    gold = questions.gold_of(questions.find(source, key))
+    assert gold["answers"] and gold["passages"] and gold["dataset"] == "hotpotqa"
+
+
 def test_history_helpers(tmp_db):
     store = RunStore(tmp_db)
     with pytest.raises(ExplorerError, match="is not a date"):

@@ -180,6 +180,8 @@ def build_app(settings: AppSettings) -> gr.Blocks:
                                              {k: data[c] for k, c in param_inputs.items()}, model=model_name)
                 q = questions.find(data[source], data[picked])
                 text = (data[question] or "").strip()
+                if not text and q is not None and data[source] != questions.TYPED:
+                    text = q.question  # picked and run before the text box was filled in
                 gold_info = questions.gold_of(q) if q is not None and q.question.strip() == text else {}
                 updates = controller.stream(text, specs, gold=gold_info, session=request.session_hash or "anonymous",
                                             signal=data[view.signal])
