@@ -75,6 +75,8 @@ class RuntimeHolder:
             return f"Model and corpus ready ({self.describe})."
         if self._error:
             return f"Model not available: {self._error}"
+        if self.state == "not loaded":
+            return f"The model loads on the first run ({self.describe})."
         return f"Loading {self.describe} … (runs start when it is ready)"
 
     def get(self) -> Runtime:
