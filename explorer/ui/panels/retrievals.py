@@ -51,7 +51,7 @@ def render(view: TraceView, opts: ViewOptions) -> str:
             f'<div class="dre-query">query ({esc(source)}): <q>{esc(short(query, 400))}</q></div>'
             f'<ol class="dre-hits">{items}</ol></div>')
     if not cards:
-        body = '<p class="dre-empty">No retrieval in this run.</p>'
+        body = f'<p class="dre-empty">No retrieval {"yet" if view.trace.status == "running" else "in this run"}.</p>'
     else:
         body = f'<div class="dre-timeline">{"".join(cards)}</div>'
     return section(f"Retrievals ({len(cards)})", body, panel="retrievals")
