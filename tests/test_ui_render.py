@@ -99,6 +99,24 @@ def test_strip_marks_fired_cut_joined_and_whatif_tokens():
     assert "instead of" in page
 
 
+def test_method_panels_read_the_recorded_keys():
+    trace = hostile_trace()
+    view = TraceView(trace)
+    assert view.main_spans[1].u == -5.0  # the primary estimate naming the span, not the ablation's 123
+    page = render_run(trace, ViewOptions(signal="u"))
+    assert "123" not in re.findall(r'data-panel="uncertainty".*?</section>', page, re.S)[0]
+    assert "external&lt;img" in page  # the filter's set name, escaped
+    # a step-level check (SEAKR) marks every token of the span it decided on
+    from explorer import whatif
+    from explorer.ui.panels.strip import whatif_marks
+
+    steps = whatif.replay(trace.events, -7.0, signal="U(gram)")
+    assert steps[0].would_fire == 0 and whatif_marks(view, steps)[view.main_spans[1].event_id] == {0}
+    stages = re.findall(r'data-panel="stages".*?</section>', page, re.S)[0]
+    figure = _figures(stages)[0]
+    assert any("Q" in str(t) for t in figure["data"][-1]["text"])  # the q+d query is a node
+
+
 def test_live_view_shows_streamed_tokens_before_the_span_ends():
     trace = Trace(question="q", method="dragin", variant="paper", config={}, model={}, status="running")
     tokens = [{"text": " Hello", "prob": 0.4, "entropy": 1.2}, {"text": " " + SCRIPT, "prob": 0.9, "entropy": 0.1}]

@@ -39,14 +39,18 @@ def hostile_trace(run_id: str = "hostile0000000000") -> Trace:
     gen2 = rec.add("generation", purpose="draft", text=tokens2[0]["text"], tokens=tokens2, prompt="", decoding="greedy",
                    appended=SCRIPT)
     rec.add("continuation", span=gen2.id, retrieval=ret.id)
-    sampled = rec.add("generation", purpose="sample", text=IMG, tokens=[], prompt="", decoding={"sampling": {}})
+    rec.add("generation", purpose="sample", text=IMG, tokens=[], prompt="", decoding={"sampling": {}})
     rec.add("uncertainty", estimator="gram " + IMG, value=-5.0, samples=[SCRIPT, {"text": IMG}], eigenvalues=[2.0, 1.0],
-            threshold=-6.0, purpose=LINK, span=sampled.id)
+            threshold=-6.0, context=LINK, span=gen2.id, primary=True)
+    rec.add("uncertainty", estimator="energy", value=123.0, span=gen2.id, primary=False)
+    rec.add("check", span=gen2.id, signal="U(gram)", threshold=-6.0, compare=">", fired=0, unit="step",
+            units=[{"text": LINK, "value": -5.0, "eligible": True}], rule=IMG)
     rec.add("rerank", candidates=[{"id": "p<1>", "title": IMG, "rank": 1, "score": 3.0, "uncertainty": -7.0},
                                   {"id": "p2" + SCRIPT, "title": SCRIPT, "rank": 2, "score": 2.0, "uncertainty": -6.5}],
             chosen="p<1>")
     rec.add("filter", passage_ids=["p<1>", "p2" + SCRIPT], kept=[True, False], raw_answer=PAYLOAD)
-    rec.add("query", text="q+d " + PAYLOAD, source="qdc", passage_id="p<1>")
+    rec.add("filter", passage_ids=["p<1>"], kept=["p<1>"], raw_answer=IMG, retrieval=ret.id, set="external" + IMG)
+    rec.add("query", text="q+d " + PAYLOAD, source="qdc", anchor="p<1>")
     rec.add("classifier", pair=["p<1>", "p2" + SCRIPT], probability=0.7, accepted=True)
     rec.add("selection", passage_ids=["p<1>", "p2" + SCRIPT], reason=PAYLOAD)
     rec.add("note", message=PAYLOAD, level="defect" + IMG)

@@ -26,6 +26,7 @@ from explorer.store import RunStore  # noqa: E402
 from explorer.ui import api, controls, history_tab, questions, viewblock  # noqa: E402
 from explorer.ui.controller import RunController, RuntimeHolder, status_html  # noqa: E402
 from explorer.ui.history import Exports, TraceCache  # noqa: E402
+from explorer.ui.html import esc  # noqa: E402
 from explorer.ui.report import EXPLORER_JS, PLOTLY_JS  # noqa: E402
 
 log = logging.getLogger("explorer.ui")
@@ -47,6 +48,10 @@ def head_html() -> str:
     gr.set_static_paths([PLOTLY_JS, EXPLORER_JS])
     return (f'<script src="gradio_api/file={PLOTLY_JS}"></script>'
             f'<script src="gradio_api/file={EXPLORER_JS}"></script>')
+
+
+def _note(text: str) -> str:
+    return f'<div class="dre-root dre-note">{esc(text)}</div>' if text else ""
 
 
 def css_paths() -> list[Path]:
@@ -116,7 +121,7 @@ def build_app(settings: AppSettings) -> gr.Blocks:
     with gr.Blocks(title="Dynamic RAG Explorer", analytics_enabled=False) as demo:
         gr.HTML('<div class="dre-apphead"><b>Dynamic RAG Explorer</b> · see why a language model retrieves when '
                 "it does</div>", elem_id="app-title", js_on_load=None)
-        model_status = gr.Markdown(holder.status(), elem_id="model-status")
+        model_status = gr.HTML(_note(holder.status()), elem_id="model-status", js_on_load=None)
         with gr.Tabs(elem_id="tabs"):
             with gr.Tab("Run", id="run", elem_id="tab-run"):
                 with gr.Row():
@@ -124,12 +129,12 @@ def build_app(settings: AppSettings) -> gr.Blocks:
                         source = gr.Dropdown(questions.sources(), value=questions.DEMO, label="Question source",
                                              elem_id="question-source")
                         note = questions.data_note()
-                        data_note = gr.Markdown(note, visible=bool(note), elem_id="data-note")
+                        data_note = gr.HTML(_note(note), visible=bool(note), elem_id="data-note", js_on_load=None)
                         picked = gr.Dropdown(questions.choices(questions.DEMO), value=None, label="Pick a question",
                                              elem_id="question-pick")
                         question = gr.Textbox(label="Question", lines=2, elem_id="question",
                                               placeholder="Type a question, or pick one above (you can edit it)")
-                        gold = gr.Markdown("", elem_id="gold")
+                        gold = gr.HTML("", elem_id="gold", js_on_load=None)
                     with gr.Column(scale=2):
                         chosen = gr.CheckboxGroup([(controls.method_label(m), m) for m in methods], value=["dragin"],
                                                   label="Methods (several run one after another, side by side)",
@@ -138,8 +143,8 @@ def build_app(settings: AppSettings) -> gr.Blocks:
                             run_btn = gr.Button("Run", variant="primary", elem_id="run")
                             cancel_btn = gr.Button("Cancel", variant="stop", elem_id="cancel")
                         status = gr.HTML(status_html("Ready."), elem_id="run-status", js_on_load=None)
-                with gr.Accordion("Method settings (defaults from the papers; each value is checked by the method's "
-                                  "config)", open=False, elem_id="settings"):
+                with gr.Accordion("Method settings (the papers' defaults, or the model's preset where there is one; "
+                                  "each value is checked by the method's config)", open=False, elem_id="settings"):
                     variant_inputs, param_inputs = _method_settings(methods, model_name)
                 view = viewblock.build("run", cache, head, '<p class="dre-empty">Pick a question and methods, then '
                                        "press Run. Tokens appear as the model writes them.</p>")
@@ -155,7 +160,7 @@ def build_app(settings: AppSettings) -> gr.Blocks:
             try:
                 return gr.update(choices=questions.choices(src), value=None, visible=True), gr.update(), ""
             except ExplorerError as exc:
-                return gr.update(choices=[], value=None), gr.update(value=f"**{exc.message}**", visible=True), ""
+                return gr.update(choices=[], value=None), gr.update(value=_note(exc.message), visible=True), ""
 
         def on_pick(src: str, key: str | None) -> tuple[Any, str]:
             q = questions.find(src, key)
@@ -163,7 +168,8 @@ def build_app(settings: AppSettings) -> gr.Blocks:
                 return gr.update(), ""
             answers = " | ".join(q.answers)
             passages = ", ".join(q.gold_passages) or "none listed"
-            return q.question, f"Gold answer: **{answers}** · gold passages: `{passages}`"
+            return q.question, (f'<div class="dre-root dre-note">Gold answer: <b>{esc(answers)}</b> · gold passages: '
+                                f"<code>{esc(passages)}</code></div>")
 
         source.change(on_source, source, [picked, data_note, gold], api_visibility="private", queue=False)
         picked.change(on_pick, [source, picked], [question, gold], api_visibility="private", queue=False)
@@ -175,7 +181,8 @@ def build_app(settings: AppSettings) -> gr.Blocks:
         def on_run(data: dict, request: gr.Request):
             skip = (gr.skip(), gr.skip(), gr.skip())
             try:
-                specs = controls.build_specs(list(data[chosen] or []),
+                ticked = sorted(data[chosen] or [], key=lambda m: methods.index(m) if m in methods else len(methods))
+                specs = controls.build_specs(ticked,
                                              {m: data[c] for m, c in variant_inputs.items()},
                                              {k: data[c] for k, c in param_inputs.items()}, model=model_name)
                 q = questions.find(data[source], data[picked])
@@ -208,7 +215,7 @@ def build_app(settings: AppSettings) -> gr.Blocks:
         timer = gr.Timer(1.0, active=not holder.ready)
 
         def poll() -> tuple[str, Any]:
-            return holder.status(), gr.Timer(active=holder.state in ("loading", "not loaded") and settings.preload)
+            return _note(holder.status()), gr.Timer(active=holder.state in ("loading", "not loaded"))
 
         timer.tick(poll, None, [model_status, timer], api_visibility="private", queue=False, show_progress="hidden")
     return demo

@@ -60,16 +60,20 @@ class TraceView:
         self.spans: list[Span] = []
         by_id: dict[int, Span] = {}
         u_by_step: dict[int, float] = {}
+        u_by_span: dict[int, float] = {}
         for e in self.events:
             p = e.payload
-            if e.kind == "uncertainty" and isinstance(p.get("value"), (int, float)):
+            if (e.kind == "uncertainty" and isinstance(p.get("value"), (int, float))
+                    and p.get("primary", True) is not False):
                 u_by_step[e.step] = float(p["value"])
+                if isinstance(p.get("span"), int):
+                    u_by_span[p["span"]] = float(p["value"])
             if e.kind == "generation":
                 decoding = p.get("decoding")
                 span = Span(event_id=e.id, purpose=str(p.get("purpose", "")), step=e.step,
                             tokens=list(p.get("tokens") or []), text=str(p.get("text", "")),
                             sampled=isinstance(decoding, dict), appended=str(p.get("appended") or ""),
-                            u=u_by_step.get(e.step))
+                            u=u_by_step.get(e.step))  # until an estimate names this span (below)
                 self.spans.append(span)
                 by_id[e.id] = span
             elif e.kind == "truncation" and p.get("span") in by_id:
@@ -79,6 +83,8 @@ class TraceView:
                 by_id[p["span"]].triggers[int(p["token_index"])] = p
             elif e.kind == "continuation" and p.get("span") in by_id:
                 by_id[p["span"]].retrieval = p.get("retrieval")
+        for span in self.spans:
+            span.u = u_by_span.get(span.event_id, span.u)
         if live_tokens:
             self.spans.append(Span(event_id=-1, purpose=live_purpose or "generating", step=-1, tokens=live_tokens,
                                    text="".join(t.get("text", "") for t in live_tokens), live=True))

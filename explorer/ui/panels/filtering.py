@@ -1,7 +1,8 @@
 """BlendFilter's knowledge filter: the blended queries, their passage sets, the verdicts, the union.
 
 Each ``filter`` event (``passage_ids``, ``kept``, ``raw_answer``) is paired with the retrieval
-whose passages it judged (the one sharing most ids with it, searching backwards), so the page
+whose passages it judged (its ``retrieval`` event id when recorded, else the one sharing most
+ids with it, searching backwards), so the page
 shows query → passages → the model's verdict on each, and the ``selection`` events (the union
 that was answered from) below. ``kept`` may be a list of ids or of booleans aligned with
 ``passage_ids``; both are read.
@@ -24,6 +25,9 @@ def kept_ids(payload: dict[str, Any]) -> set[str]:
 
 
 def _judged_retrieval(view: TraceView, e: Any) -> Any | None:
+    named = e.payload.get("retrieval")
+    if isinstance(named, int) and named in view.retrieval_number:
+        return view.events[named]
     ids = {str(i) for i in e.payload.get("passage_ids") or []}
     best, best_overlap = None, 0
     for r in reversed([r for r in view.retrievals if r.id < e.id]):
@@ -58,7 +62,8 @@ def render(view: TraceView, opts: ViewOptions) -> str:
         raw = ("" if opts.compact else
                f'<details><summary>the filter\'s raw answer</summary><pre>{esc(e.payload.get("raw_answer"))}</pre>'
                "</details>")
-        columns.append(f'<div class="dre-filtercol"><div class="dre-qhead">filter #{e.id} · step {e.step}'
+        name = f" · {esc(e.payload['set'])} set" if e.payload.get("set") else ""
+        columns.append(f'<div class="dre-filtercol"><div class="dre-qhead">filter #{e.id}{name} · step {e.step}'
                        f'{f" · R{view.retrieval_number[r.id]}" if r is not None else ""}</div>{query}'
                        f'<ul class="dre-verdicts">{"".join(rows)}</ul>{raw}</div>')
     body = f'<div class="dre-filtergrid">{"".join(columns)}</div>'

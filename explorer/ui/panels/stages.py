@@ -2,7 +2,7 @@
 
 Nodes are queries and passages; an edge joins a query to the passages it retrieved, and a
 passage to a query made from it (a ``query`` event naming its source passage under
-``passage_id``, ``passage``, ``from_passage``, ``parent`` or ``doc_id``). ``classifier`` events
+``anchor``, ``passage_id``, ``passage``, ``from_passage``, ``parent`` or ``doc_id``). ``classifier`` events
 (``pair``, ``probability``, ``accepted``) become dashed edges between the pair, green when
 accepted; passages of ``selection`` events are ringed. Columns are the graph's depth, so the
 two stages read left to right. Shown only for runs that have classifier calls or derived queries.
@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 from explorer.ui.html import badge, esc, figure, fmt, plot, plot_text, section
 from explorer.ui.view import TraceView, ViewOptions
 
-PARENT_KEYS = ("passage_id", "passage", "from_passage", "parent", "doc_id")
+PARENT_KEYS = ("anchor", "passage_id", "passage", "from_passage", "parent", "doc_id")
 
 
 def parent_passage(payload: dict[str, Any]) -> str | None:

@@ -59,6 +59,9 @@ def whatif_marks(view: TraceView, decisions: list[whatif.Decision]) -> dict[int,
             positions = set(range(int(rng[0]), int(rng[1])))
         elif check.get("unit", "token") == "token":
             positions = {d.would_fire}
+        elif check.get("unit") == "step":  # one unit per step (SEAKR): the whole span it decided on
+            span = next((s for s in view.spans if s.event_id == d.span), None)
+            positions = set(range(len(span.tokens))) if span else set()
         else:
             positions = set()
         marks.setdefault(d.span, set()).update(positions)

@@ -2,8 +2,9 @@
 the eigenvalue spectrum of the Gram matrix, and the sampled continuations.
 
 Built from ``uncertainty`` events (``estimator``, ``value``; optionally ``samples``,
-``eigenvalues``, ``threshold``/``delta``, ``purpose``) and ``rerank`` events (``candidates``,
-``chosen``). Keys beyond the required ones are read when present and skipped when not, so runs
+``eigenvalues``, ``threshold``/``delta``, ``context``, ``primary``) and ``rerank`` events
+(``candidates``, ``chosen``). When a run records several estimators per context (the ablations),
+the charts follow the ``primary`` one. Keys beyond the required ones are read when present and skipped when not, so runs
 of other uncertainty estimators (perplexity, energy) show what they recorded.
 """
 
@@ -126,8 +127,14 @@ def _samples(events: list[Any]) -> str:
     return "".join(blocks)
 
 
+def primary(events: list[Any]) -> list[Any]:
+    """The estimates the method decided on (runs that also record ablation estimators mark them)."""
+    marked = [e for e in events if e.payload.get("primary") is True]
+    return marked if marked else [e for e in events if "primary" not in e.payload]
+
+
 def render(view: TraceView, opts: ViewOptions) -> str:
-    events = view.of_kind("uncertainty")
+    events = primary(view.of_kind("uncertainty"))
     reranks = view.of_kind("rerank")
     if not events and not reranks:
         return ""
