@@ -123,3 +123,17 @@ def test_live_view_shows_streamed_tokens_before_the_span_ends():
     page = render_runs([], live=trace, live_tokens=tokens, live_purpose="draft")
     assert page.count('class="tok') == 2 and 'data-view="live"' in page and "dre-caret" in page
     assert Elements(page).injected() == []
+
+
+def test_many_short_calls_of_one_purpose_fold_into_one_line():
+    from explorer.trace import TraceRecorder
+
+    trace = Trace(question="q", method="drrag", variant="paper", config={}, model={}, status="complete")
+    rec = TraceRecorder(trace)
+    rec.step = 1
+    for verdict in ("no", "yes", "no", "no"):
+        rec.add("generation", purpose="judge", text=verdict, tokens=[{"text": verdict, "prob": 0.5}], decoding="greedy")
+    rec.add("generation", purpose="answer", text="A", tokens=[{"text": "A", "prob": 0.9}], decoding="greedy")
+    page = render_run(trace, ViewOptions())
+    assert page.count('class="dre-span group"') == 1 and "judge · step 1 · 4 calls" in page
+    assert page.count('class="dre-span"') == 1  # the answer keeps its own line

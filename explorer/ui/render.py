@@ -78,13 +78,13 @@ def page(body: str, *, busy: bool = False) -> str:
     return f'<div class="dre-root" data-busy="{"1" if busy else "0"}">{body}</div>'
 
 
-def render_comparison(traces: list[Trace], *, signal: str = "prob",
-                      whatif_at: Mapping[str, float] | None = None) -> str:
+def render_comparison(traces: list[Trace], *, signal: str = "prob", whatif_at: Mapping[str, float] | None = None,
+                      compact: bool = True) -> str:
     """The comparison table (answers, triggers, queries, passages, costs, diff) above the runs themselves."""
     from explorer.ui.panels import compare
 
     whatif_at = whatif_at or {}
-    columns = "".join(render_run(t, ViewOptions(signal=signal, whatif=whatif_at.get(t.run_id), compact=True,
+    columns = "".join(render_run(t, ViewOptions(signal=signal, whatif=whatif_at.get(t.run_id), compact=compact,
                                                 costs=False))
                       for t in traces)
     return page(compare.render(traces) + f'<div class="dre-grid" data-runs="{len(traces)}">{columns}</div>')

@@ -20,8 +20,7 @@ import plotly
 from explorer.paths import ASSETS_DIR
 from explorer.trace import Trace
 from explorer.ui.html import esc
-from explorer.ui.panels import compare
-from explorer.ui.render import render_runs
+from explorer.ui.render import render_comparison, render_runs
 
 PLOTLY_JS = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
 EXPLORER_JS = ASSETS_DIR / "explorer.js"
@@ -51,9 +50,8 @@ def report_html(traces: list[Trace], *, signal: str = "prob", title: str | None 
         raise ValueError("a report needs at least one run")
     title = title or (f"{traces[0].method}/{traces[0].variant}: {traces[0].question}" if len(traces) == 1
                       else f"Comparison of {len(traces)} runs: {traces[0].question}")
-    body = render_runs(traces, signal=signal)
-    if len(traces) > 1:
-        body += f'<div class="dre-root">{compare.render(traces)}</div>'
+    body = (render_runs(traces, signal=signal) if len(traces) == 1
+            else render_comparison(traces, signal=signal, compact=False))
     scripts, hashes = [], []
     for code in (_asset(PLOTLY_JS), _asset(EXPLORER_JS), "window.DRE.render(document.body);"):
         tag, digest = _inline_script(code)

@@ -68,17 +68,7 @@ def whatif_marks(view: TraceView, decisions: list[whatif.Decision]) -> dict[int,
     return marks
 
 
-def _span_html(view: TraceView, span: Span, signal: str, lo: float, hi: float, marks: set[int]) -> str:
-    head = [f'<span class="dre-tag">{esc(span.purpose)}{"" if span.step < 0 else f" · step {span.step}"}</span>']
-    style = ""
-    if span.retrieval is not None:
-        colour = view.colour(span.retrieval)
-        number = view.retrieval_number.get(span.retrieval, "?")
-        hits = view.events[span.retrieval].payload.get("hits") or [] if span.retrieval < len(view.events) else []
-        titles = " · ".join(esc(h.get("title", h.get("id", ""))) for h in hits) or "no passages"
-        head.append(f'<a class="dre-join" href="#{view.anchor(span.retrieval)}" style="color:{colour}">'
-                    f'⇠ given the passages of retrieval R{number}: {titles}</a>')
-        style = f' style="border-left-color:{colour}"'
+def _tokens_html(view: TraceView, span: Span, signal: str, lo: float, hi: float, marks: set[int]) -> str:
     parts = []
     if span.appended:
         parts.append(f'<span class="dre-appended" title="appended by the method, not generated">'
@@ -104,9 +94,38 @@ def _span_html(view: TraceView, span: Span, signal: str, lo: float, hi: float, m
                      f'title="{esc(_title(i, token, span))}">{esc(text)}</span>')
     if span.live:
         parts.append('<span class="dre-caret">▍</span>')
+    return "".join(parts)
+
+
+def _plain(span: Span, marks: set[int]) -> bool:
+    """Nothing happened to this span (no join, cut, trigger or what-if): it may be folded with its neighbours."""
+    return span.retrieval is None and span.cut_at is None and not span.triggers and not span.live and not marks
+
+
+def _group_html(view: TraceView, spans: list[Span], signal: str, lo: float, hi: float) -> str:
+    """Many short calls of one purpose (a judge per passage pair, a filter per set) on one line each."""
+    first = spans[0]
+    head = (f'<span class="dre-tag">{esc(first.purpose)} · step {first.step} · {len(spans)} calls</span>')
+    body = '<span class="dre-sep">│</span>'.join(_tokens_html(view, s, signal, lo, hi, set()) for s in spans)
+    ids = " ".join(str(s.event_id) for s in spans)
+    return (f'<div class="dre-span group" data-span="{ids}"><div class="dre-span-head">{head}</div>'
+            f'<div class="dre-tokens">{body}</div></div>')
+
+
+def _span_html(view: TraceView, span: Span, signal: str, lo: float, hi: float, marks: set[int]) -> str:
+    head = [f'<span class="dre-tag">{esc(span.purpose)}{"" if span.step < 0 else f" · step {span.step}"}</span>']
+    style = ""
+    if span.retrieval is not None:
+        colour = view.colour(span.retrieval)
+        number = view.retrieval_number.get(span.retrieval, "?")
+        hits = view.events[span.retrieval].payload.get("hits") or [] if span.retrieval < len(view.events) else []
+        titles = " · ".join(esc(h.get("title", h.get("id", ""))) for h in hits) or "no passages"
+        head.append(f'<a class="dre-join" href="#{view.anchor(span.retrieval)}" style="color:{colour}">'
+                    f'⇠ given the passages of retrieval R{number}: {titles}</a>')
+        style = f' style="border-left-color:{colour}"'
     return (f'<div class="dre-span{" sampled" if span.sampled else ""}{" live" if span.live else ""}" '
             f'data-span="{span.event_id}"{style}><div class="dre-span-head">{"".join(head)}</div>'
-            f'<div class="dre-tokens">{"".join(parts)}</div></div>')
+            f'<div class="dre-tokens">{_tokens_html(view, span, signal, lo, hi, marks)}</div></div>')
 
 
 def render(view: TraceView, opts: ViewOptions, decisions: list[whatif.Decision] | None = None) -> str:
@@ -114,7 +133,27 @@ def render(view: TraceView, opts: ViewOptions, decisions: list[whatif.Decision] 
     lo, hi = _scale(view, signal)
     marks = whatif_marks(view, decisions or [])
     spans = view.main_spans
-    body = "".join(_span_html(view, s, signal, lo, hi, marks.get(s.event_id, set())) for s in spans)
+    blocks, run = [], []  # runs of three or more plain spans of one purpose and step are folded together
+
+    def flush() -> None:
+        if len(run) >= 3:
+            blocks.append(_group_html(view, run, signal, lo, hi))
+        else:
+            blocks.extend(_span_html(view, s, signal, lo, hi, set()) for s in run)
+        run.clear()
+
+    for s in spans:
+        mine = marks.get(s.event_id, set())
+        if _plain(s, mine) and (not run or (run[0].purpose, run[0].step) == (s.purpose, s.step)):
+            run.append(s)
+            continue
+        flush()
+        if _plain(s, mine):
+            run.append(s)
+        else:
+            blocks.append(_span_html(view, s, signal, lo, hi, mine))
+    flush()
+    body = "".join(blocks)
     if not spans:
         body = '<p class="dre-empty">No tokens yet.</p>'
     sampled = view.sampled_spans

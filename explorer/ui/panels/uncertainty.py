@@ -57,9 +57,12 @@ def _u_chart(view: TraceView, events: list[Any]) -> str:
     if delta is not None:
         shapes.append({"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": delta, "y1": delta,
                        "line": {"color": "#dc2626", "dash": "dash", "width": 1.5}})
+    ticks = [plot_text(f"{_label(events[n].payload)} ·{events[n].step}", 24) for n in xs]
     fig = figure([go.Scatter(x=xs, y=ys, mode="lines+markers", marker={"color": colours, "size": 8},
                              line={"color": "#94a3b8", "width": 1}, hovertext=hover, hoverinfo="text")],
-                 shapes=shapes, xaxis={"title": {"text": "estimate, in order", "font": {"size": 10}}},
+                 shapes=shapes, xaxis={"tickmode": "array", "tickvals": xs, "ticktext": ticks, "tickangle": -30,
+                                       "tickfont": {"size": 9}},
+                 margin={"b": 60},
                  yaxis={"title": {"text": "U", "font": {"size": 10}}})
     note = f"red: U > δ = {fmt(delta)} (uncertain: retrieve)" if delta is not None else "no δ recorded"
     return f'<p class="dre-note">{esc(note)}</p>' + plot(fig, height=220, name="uncertainty")
