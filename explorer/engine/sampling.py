@@ -246,10 +246,13 @@ class _Loop:
             return
         raw = logits[live].float()
         logp = torch.log_softmax(raw, dim=-1)
-        entropy = (-(logp.exp() * logp).nan_to_num().sum(dim=-1)).tolist()
-        energy = torch.logsumexp(raw, dim=-1).tolist()
         chosen = self._draw(raw, [batch[i] for i in live])
-        picked = logp.gather(1, torch.tensor(chosen, device=raw.device)[:, None])[:, 0].tolist()
+        # One transfer per step for the three per-row signals (a device sync each on a GPU otherwise).
+        entropy, energy, picked = torch.stack([
+            -(logp.exp() * logp).nan_to_num().sum(dim=-1),
+            torch.logsumexp(raw, dim=-1),
+            logp.gather(1, torch.tensor(chosen, device=raw.device)[:, None])[:, 0],
+        ]).tolist()
         for j, i in enumerate(live):
             r, token = batch[i], chosen[j]
             if token in self.engine.eos_ids:
