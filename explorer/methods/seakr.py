@@ -114,8 +114,9 @@ class Seakr(Method):
     @staticmethod
     def context(question: str, shots: str, rationales: list[str], hits: list[Hit],
                 tail: str = "") -> prompts.Segments:
-        return prompts.build_prompt(question, shots=shots, hits=hits, answer_so_far=prompts.join_text(*rationales,
-                                                                                                        tail))
+        """Exemplars, the passages as knowledge evidence, the question, the rationales so far (and ``tail``)."""
+        so_far = prompts.join_text(*rationales, tail)
+        return prompts.build_prompt(question, shots=shots, hits=hits, answer_so_far=so_far)
 
     def uncertainty(self, rec: TraceRecorder, segments: prompts.Segments, *, purpose: str, context: str,
                     max_new_tokens: int, stops: tuple[str, ...], sentence_end: bool,
