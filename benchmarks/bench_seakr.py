@@ -218,6 +218,10 @@ def main() -> int:
     else:
         engine = open_engine(args.model, device=args.device, dtype=args.dtype)
     lines = ["# SEAKR benchmark", "", *cost_of_u(engine, args.k, args.length, args.repeats), ""]
+    if engine.device.type != "cuda":
+        lines += [f"GPU check (random ~1B Llama-style model, bfloat16, target at most {TARGET_GPU}x): not run on "
+                  "this machine (no GPU); run `python benchmarks/bench_seakr.py --model random-1b --device cuda "
+                  "--dtype bfloat16 --questions 0` on a GPU.", ""]
     print("\n".join(lines), flush=True)
     if args.questions > 0:
         table = per_question(args.questions, args.model, args.device, args.dtype)
