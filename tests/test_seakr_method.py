@@ -12,6 +12,7 @@ from explorer.methods import Runtime, run_question
 from explorer.methods.base import make_config
 from explorer.methods.seakr_answer import _choose, without_answer
 from explorer.methods.seakr_query import build_query
+from explorer.summary import render_text
 from explorer.trace import TokenSignal, Trace
 
 JODOROWSKY = "Who lived longer, Alejandro Jodorowsky or Philip Saville?"
@@ -126,6 +127,9 @@ def _check_run(trace: Trace, k: int) -> None:
     completions = [e for e in trace.of_kind("generation") if "batch" not in e.payload]
     assert len(batches) == len(grams)
     assert costs.llm_calls == len(batches) + len(completions)
+    text = render_text(trace)
+    assert text.count("~ U(gram)") == len(grams) and "⚖ rationales:" in text
+    assert text.count("re-ranked by") == len(trace.of_kind("rerank"))
 
 
 @pytest.mark.slow
