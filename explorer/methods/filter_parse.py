@@ -58,8 +58,9 @@ _NEGATIVE = re.compile(r"\b(?:irrelevant|not\s+(?:relevant|related|useful|helpfu
                        r"isn'?t|aren'?t|is\s+not|are\s+not|does\s+not|do\s+not|doesn'?t|don'?t|cannot|can'?t|"
                        r"no\s+(?:relevance|relation|information)|nothing\s+to\s+do|remove|removed|discard|"
                        r"dropp?ed|excluded?|ignore)\b")
-_NONE = re.compile(r"^\W*(?:none|nothing|no|n/a|na|empty|null)\W*$|\bnone\b(?:\s+of\s+(?:the(?:m|se)?\s*)?(?:\d+\s*)?)?(?:"
-                   + _UNIT + r")?|\bno\s+(?:relevant\s+)?" + _UNIT
+_NONE = re.compile(r"^\W*(?:none|nothing|no|n/a|na|empty|null)\W*$|"
+                   r"\bnone\b(?:\s+of\s+(?:the(?:m|se)?\s*)?(?:\d+\s*)?)?(?:" + _UNIT + r")?|"
+                   r"\bno\s+(?:relevant\s+)?" + _UNIT
                    + r"\b|\bno\s+relevant\b|\bnothing\s+(?:is\s+)?relevant\b|\bneither\b")
 _ALL = re.compile(r"\ball\b(?:\s+(?:of\s+)?(?:the(?:m|se)?|\d+))*(?:\s+" + _UNIT + r")?|\bevery\s+(?:one|" + _UNIT
                   + r")\b|\beach\s+(?:one|" + _UNIT + r")\b")
