@@ -30,6 +30,8 @@ def main() -> None:
     parser.add_argument("--model", default="embedded")
     parser.add_argument("--limit", type=int, default=41)
     parser.add_argument("--max-length", type=int, default=100)
+    parser.add_argument("--seakr-questions", type=int, default=12,
+                        help="questions for SEAKR's U (each costs two batches of k=20 samples)")
     args = parser.parse_args()
     engine = open_engine(args.model)
     rind_max, prob_min = [], []
@@ -55,6 +57,41 @@ def main() -> None:
     for theta in (0.05, 0.1, 0.2, 0.3, 0.4):
         share = sum(v < theta for v in prob_min) / len(prob_min)
         print(f"  FLARE  θ = {theta:<4}: {share:.0%}")
+    if args.seakr_questions:
+        seakr_u(engine, args.seakr_questions)
+
+
+def seakr_u(engine, limit: int) -> None:
+    """SEAKR's Gram U of the first reasoning step, without passages and with the gold passages as evidence.
+
+    SEAKR's premise is that evidence calms the hidden states (lower U); δ should sit between the two.
+    """
+    from explorer.engine.generation import Sampling
+    from explorer.engine.hidden import HiddenSpec
+    from explorer.engine.uncertainty import measure
+    from explorer.retrieval.base import Hit
+    from explorer.retrieval.registry import open_retriever
+
+    retriever = open_retriever("demo")
+    bare, informed = [], []
+    for q in load_dataset("demo", limit=limit):
+        shots = prompts.exemplars(q.question, "auto", 6)
+        gold = [Hit(retriever.passage(pid), 0.0, i + 1) for i, pid in enumerate(q.gold_passages)
+                if retriever.passage(pid) is not None]
+        for hits, out in (([], bare), (gold, informed)):
+            m = measure(engine, prompts.build_prompt(q.question, shots=shots, hits=hits), k=20, max_new_tokens=48,
+                        sampling=Sampling(seed=0), hidden=HiddenSpec(None, "mlp"), estimators=(),
+                        stop_strings=("\n", *prompts.STOP_STRINGS), sentence_end=True)
+            if m.value is not None:
+                out.append(m.value)
+    print(f"\nSEAKR Gram U of the first step (k=20, middle layer, MLP output), {len(bare)} demo questions:")
+    print(f"  without passages:             {_quantiles(bare)}")
+    print(f"  with the gold passages:       {_quantiles(informed)}")
+    lower = sum(b > i for b, i in zip(bare, informed, strict=False))
+    print(f"  gold evidence lowers U on {lower} of {min(len(bare), len(informed))} questions")
+    for delta in sorted({round(statistics.median(bare), 1), round(statistics.median(informed), 1), -6.0}):
+        print(f"  δ = {delta:<5}: fires on {sum(v > delta for v in bare) / len(bare):.0%} without passages, "
+              f"{sum(v > delta for v in informed) / len(informed):.0%} with gold passages")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,20 @@ def _num(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
+def _query_label(p: dict) -> str:
+    """Where a query came from: its source, BlendFilter's set or DR-RAG's stage, and its blended parts."""
+    label = p["source"]
+    if p.get("set"):
+        label = f"{p['set']} set"
+    if p.get("stage"):
+        label = f"stage {p['stage']}" + (f", question + [{p['anchor']}]" if p.get("anchor") else ", question")
+    parts = [part for part in p.get("parts", []) if part.get("generation") is not None]
+    if parts:
+        label += "; " + " + ".join(f"{part['source']} text from [{part['generation']}]" for part in parts)
+        label += " + question"
+    return label
+
+
 def render_text(trace: Trace, *, passages: int = 3) -> str:
     model, corpus = trace.model.get("name", "?"), trace.corpus.get("name", "?")
     lines = [f"{trace.method} ({trace.variant}) · {model} · corpus {corpus} · {trace.status} · "
@@ -66,10 +80,30 @@ def render_text(trace: Trace, *, passages: int = 3) -> str:
                          f"{_short(p['discarded_text'], 80)!r}")
         elif e.kind == "query":
             queries[e.id] = p["text"]
-            lines.append(f"  ? query ({p['source']}): {_short(p['text'])!r}")
+            lines.append(f"  ? query ({_query_label(p)}): {_short(p['text'])!r}")
         elif e.kind == "retrieval":
-            for h in p["hits"][:passages]:
+            # Sets that a filter or a classifier judges next are shown whole, so its numbers make sense.
+            shown = p["hits"] if ("set" in p or "stage" in p) else p["hits"][:passages]
+            for h in shown:
                 lines.append(f"      {h['rank']}. [{h['id']}] {h['title']} ({h['score']:.2f}): {_short(h['text'], 70)}")
+            if p.get("candidates") is not None:
+                lines.append(f"      stage-2 candidates (new passages): {', '.join(p['candidates']) or 'none'}")
+        elif e.kind == "filter":
+            lines.append(f"  ⊘ filter of the {p.get('set', '?')} set: the model answered {p['raw_answer'].strip()!r} "
+                         f"→ {p['status']} {p.get('numbers', [])}; kept {', '.join(p['kept']) or 'nothing'}"
+                         + (f"; dropped {', '.join(p['dropped'])}" if p["dropped"] else ""))
+        elif e.kind == "classifier":
+            verdict = "accepted" if p["accepted"] else "rejected"
+            lines.append(f"  ◇ pair [{p['pair'][0]}] + [{p['pair'][1]}]: p = {p['probability']:.2f} → {verdict} "
+                         f"(judge: {p['judge']})")
+        elif e.kind == "selection":
+            lines.append(f"  ✓ selected {', '.join(p['passage_ids']) or 'no passage'}: {p['reason']}")
+            for item in p.get("passages", []):
+                lines.append(f"      [{item['id']}] {item.get('reason', '')}")
+            for item in p.get("dropped", []):
+                lines.append(f"      dropped [{item['id']}]: {item.get('reason', '')}")
+            if p.get("before_filter") is not None:
+                lines.append(f"      before filtering: {', '.join(p['before_filter']) or 'no passage'}")
         elif e.kind == "note":
             lines.append(f"  ! {p['message']}")
     if also:

@@ -35,8 +35,12 @@ EVENT_SCHEMA: dict[str, tuple[str, ...]] = {
     # position inside it; ``signal``/``value``/``threshold`` say what fired it.
     "trigger": ("span", "token_index", "signal", "value", "threshold"),
     # The text sent to the retriever and where it came from (question, qfs, masked, window, ...).
+    # A query blended from several texts also lists ``parts`` ({source, text, and the ``generation``
+    # or ``passage`` it came from}); BlendFilter adds ``set`` (original / external / internal),
+    # DR-RAG ``stage`` (1 or 2) and, in stage 2, ``anchor`` (the stage-1 passage concatenated).
     "query": ("text", "source"),
-    # Passages returned for a query: ``hits`` is a list of Hit.to_dict().
+    # Passages returned for a query: ``hits`` is a list of Hit.to_dict(). BlendFilter adds ``set``;
+    # DR-RAG adds ``stage`` and, in stage 2, ``anchor`` and ``candidates`` (the new passages' ids).
     "retrieval": ("query", "hits"),
     # Output cut: ``span`` and ``token_index`` (first discarded token), the kept and cut text.
     "truncation": ("span", "token_index", "kept_text", "discarded_text"),
@@ -51,14 +55,20 @@ EVENT_SCHEMA: dict[str, tuple[str, ...]] = {
     # Passages re-ordered by a signal other than the search engine's score: ``candidates`` (each with
     # its search ``rank``/``score`` and the signal's ``value``), ``chosen`` (a passage id).
     "rerank": ("candidates", "chosen"),
-    # A model-as-filter verdict over a passage set (BlendFilter).
-    "filter": ("passage_ids", "kept", "raw_answer"),
+    # A model-as-filter verdict over a passage set (BlendFilter): the set's ``passage_ids`` in prompt
+    # order, the ``kept`` and ``dropped`` ids, the model's ``raw_answer``, and how it was read:
+    # ``status`` (parsed, none, all, out_of_range, unparseable, skipped), ``numbers`` (1-based, in
+    # range), ``ignored`` (named but out of range), ``how``; also ``set``, ``retrieval``, ``generation``.
+    "filter": ("passage_ids", "kept", "dropped", "raw_answer", "status"),
     # One retrieval decision with every unit's signal value, so another threshold can be replayed:
     # ``units`` (tokens, words or sentences with ``value``), ``compare`` (">" or "<"), ``fired``.
     "check": ("span", "signal", "threshold", "compare", "units", "fired"),
-    # A relevance-classifier call (DR-RAG).
-    "classifier": ("pair", "probability", "accepted"),
-    # A selection of passages and the reason for it.
+    # A relevance-classifier call (DR-RAG): ``pair`` [id_a, id_b] (for CFS the stage-1 passage
+    # first), ``probability``, ``accepted`` (probability >= ``threshold``), and ``judge``: "classifier"
+    # (the trained pair classifier) or "llm" (the model asked; its ``generation`` event id is given).
+    "classifier": ("pair", "probability", "accepted", "judge"),
+    # A selection of passages and the reason for it. ``passages`` may give each chosen passage's own
+    # ``reason`` (and stage, anchor, sets), ``dropped`` the ids left out with theirs.
     "selection": ("passage_ids", "reason"),
     # A choice between alternative outputs (SEAKR's answer from rationales vs from passages):
     # ``options`` (each with ``strategy``, ``answer``, ``value``), ``chosen`` (a strategy), ``reason``.

@@ -19,7 +19,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,11 +87,21 @@ def _missing_data(data_dir: Path) -> CorpusError:
         "without it, use the corpus 'demo'"))
 
 
-def pooled_documents(data_dir: Path, *, show_progress: bool = False) -> Iterator[Document]:
-    """Every source paragraph under its content id, in source order (duplicates included)."""
+def pooled_documents(data_dir: Path, *, show_progress: bool = False,
+                     only: Collection[str] | None = None) -> Iterator[Document]:
+    """Every source paragraph under its content id, in source order (duplicates included).
+
+    ``only`` names the SOURCES labels to read (default: all), for a smaller pool such as the
+    HotpotQA + MuSiQue paragraphs the retrieval metrics search."""
     from tqdm import tqdm
 
+    unknown = sorted(set(only or ()) - {label for label, _, _ in SOURCES})
+    if unknown:
+        raise CorpusError(f"unknown benchmark source(s) {', '.join(unknown)}",
+                          fix=f"use some of {', '.join(label for label, _, _ in SOURCES)}")
     for label, rel, shape in SOURCES:
+        if only is not None and label not in only:
+            continue
         path = data_dir / rel
         if not path.is_file():
             raise CorpusError(f"benchmark source file missing: {rel}", where=str(data_dir),

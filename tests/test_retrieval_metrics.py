@@ -1,0 +1,78 @@
+"""The retrieval-metrics command: scores, the pooled corpus, DR-RAG traces without a model, the report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from explorer.eval.retrieval_metrics import (
+    Row,
+    drrag_trace,
+    exact_paragraphs,
+    load_items,
+    measure,
+    paragraph_precision,
+    pooled_corpus,
+    render_markdown,
+    selected,
+)
+
+
+def test_paragraph_scores() -> None:
+    gold = ["aaa", "bbb#2"]
+    assert paragraph_precision(gold, ["aaa", "ccc"]) == 0.5
+    assert paragraph_precision(gold, ["bbb#1", "aaa"]) == 1.0  # another piece of a gold paragraph counts
+    assert paragraph_precision(gold, []) == 0.0
+    assert exact_paragraphs(gold, ["bbb#1", "aaa", "aaa"]) == 1.0
+    assert exact_paragraphs(gold, ["aaa"]) == 0.0
+    assert exact_paragraphs(gold, ["aaa", "bbb", "ccc"]) == 0.0
+    row = Row()
+    row.add(gold, ["aaa", "ccc"], pairs=3.0)
+    row.add(gold, [], pairs=1.0)
+    assert row.mean("recall") == 0.25 and row.mean("precision") == 0.25 and row.mean("kept") == 1.0
+    assert row.mean("pairs") == 2.0 and row.n == 2
+
+
+def test_pooled_corpus_holds_every_gold_paragraph(shared_data: Path) -> None:
+    retriever = pooled_corpus(shared_data)
+    items = load_items(shared_data, retriever)  # raises if a gold id were missing
+    assert {i.dataset for i in items} == {"hotpotqa", "musique"} and len(items) == 200
+    assert 2_500 < len(retriever) < 5_000
+    hits = retriever.search(items[0].question, 5)
+    assert len(hits) == 5
+
+
+def test_drrag_trace_stops_at_the_selection(shared_data: Path) -> None:
+    retriever = pooled_corpus(shared_data)
+    item = load_items(shared_data, retriever, limit=1)[0]
+    trace = drrag_trace(retriever, item.question, "qdc", 4)
+    trace.validate()
+    assert not trace.of_kind("generation") and not trace.of_kind("answer")
+    ids = selected(trace)
+    assert len(ids) == 4 and ids[:2] == [h.passage.id for h in retriever.search(item.question, 2)]
+    assert trace.costs.retrievals == 3 and trace.costs.llm_calls == 0
+
+
+def test_measure_and_report_without_the_model(shared_data: Path) -> None:
+    report = measure(shared_data, methods=["bm25", "qdc"], ks=[2, 4], limit=3)
+    assert report.counts == {"hotpotqa": 3, "musique": 3}
+    for k in (2, 4):
+        for d in ("hotpotqa", "musique"):
+            assert report.rows[("bm25", k, d)].n == 3
+            assert report.rows[("qdc", k, d)].mean("kept") <= k
+            assert 0.0 <= report.rows[("qdc", k, d)].mean("recall") <= 1.0
+    # more passages never find fewer gold paragraphs with BM25
+    assert report.rows[("bm25", 4, "musique")].mean("recall") >= report.rows[("bm25", 2, "musique")].mean("recall")
+    text = render_markdown(report)
+    assert "| 2 | BM25 |" in text and "| 4 | QDC |" in text and "BlendFilter" not in text.split("\n## ")[-1]
+
+
+def test_cli_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    from explorer.cli import main
+
+    assert main(["retrieval-metrics", "--methods", "bm25,magic"]) == 1
+    assert "unknown method(s) magic" in capsys.readouterr().err
+    assert main(["retrieval-metrics", "--limit", "0"]) == 1
+    with pytest.raises(SystemExit):
+        main(["retrieval-metrics", "--k", "3,x"])
