@@ -242,3 +242,14 @@ def test_bm25_reaches_a_gold_passage(bm25, questions: list[dict], by_id: dict[st
     assert set(top5) & set(case["gold_passages"]), (
         f"{case_name}: no gold passage in the BM25 top 5 {[by_id[i]['title'] for i in top5]}"
     )
+
+
+def test_the_dr_rag_case_needs_the_first_hop_to_find_the_second(demo_retriever) -> None:
+    """DR-RAG's point: q alone misses the spouse's passage; q + the album passage finds it."""
+    question = "Who is the spouse of the Green performer?"
+    alone = [h.passage.id for h in demo_retriever.search(question, 5)]
+    assert alone[0] == "demo-0093" and "demo-0094" not in alone
+    album = demo_retriever.passage("demo-0093")
+    second = [h.passage.id for h in demo_retriever.search(f"{question} {album.as_context()}", 6)
+              if h.passage.id != "demo-0093"]
+    assert "demo-0094" in second[:5]
