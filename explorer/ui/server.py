@@ -42,8 +42,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="embedded (default), a model folder or a .gguf file (env EXPLORER_MODEL)")
     parser.add_argument("--corpus", default=os.environ.get("EXPLORER_CORPUS", "demo"),
                         help="demo (default), benchmark, or a corpus file/folder (env EXPLORER_CORPUS)")
-    parser.add_argument("--auth", default=None, metavar="USER:PASSWORD",
-                        help="require this login (recommended whenever --host is not 127.0.0.1)")
+    parser.add_argument("--auth", default=os.environ.get("EXPLORER_AUTH") or None, metavar="USER:PASSWORD",
+                        help="require this login (env EXPLORER_AUTH; recommended whenever --host is not 127.0.0.1)")
     parser.add_argument("--lazy", action="store_true", help="load the model on the first run instead of at start")
     parser.add_argument("--quiet", action="store_true", help="print less at start")
     return parser.parse_args(argv)
