@@ -319,8 +319,11 @@ def run_evaluation(settings: EvalSettings, store: Any, *, runtime: Runtime | Non
     store.update_evaluation(settings.name, settings=stored_settings, status="running")
     store.discard_incomplete(settings.name)
     done = store.run_configs(settings.name)
-    todo = [(d, q, arm) for d in settings.datasets for q in questions[d] for arm in settings.arms
-            if (d, q.id, arm.method, arm.variant, arm.config_key) not in done]
+    # Question by question, alternating datasets, so a run stopped early has covered every dataset evenly.
+    depth = max((len(qs) for qs in questions.values()), default=0)
+    todo = [(d, questions[d][i], arm) for i in range(depth) for d in settings.datasets if i < len(questions[d])
+            for arm in settings.arms
+            if (d, questions[d][i].id, arm.method, arm.variant, arm.config_key) not in done]
     total = sum(len(qs) for qs in questions.values()) * len(settings.arms)
     result = EvalResult(name=settings.name, skipped=total - len(todo))
     tally = _Tally()
