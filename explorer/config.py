@@ -86,6 +86,12 @@ class Config:
         return out
 
 
+    @classmethod
+    def describe_field(cls, name: str) -> dict[str, Any]:
+        """:meth:`describe` for one field."""
+        return next(d for d in cls.describe() if d["name"] == name)
+
+
 def parse_assignments(items: list[str]) -> dict[str, Any]:
     """Parse CLI ``name=value`` strings; values stay strings and are coerced by the config."""
     out: dict[str, Any] = {}

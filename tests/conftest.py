@@ -56,6 +56,17 @@ def shared_data() -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def benchmark_retriever():
+    """BM25 over the pooled benchmark corpus (built into the test cache the first time), or a skip without the data."""
+    path = shared_data_dir()
+    if not path.is_dir():
+        pytest.skip(f"benchmark data not found at {path}: the benchmark corpus is built from it")
+    from explorer.retrieval.registry import open_retriever
+
+    return open_retriever("benchmark")
+
+
 @pytest.fixture()
 def tmp_db(tmp_path: Path) -> Path:
     return tmp_path / "runs.sqlite"

@@ -226,6 +226,8 @@ def test_other_tokenizer_settings_get_their_own_index(tmp_path: Path, isolated_c
     stemmed = BM25Retriever(corpus)
     plain = BM25Retriever(corpus, settings=TokenizerSettings(stemmer=None))
     assert plain.index_built and plain.index_path != stemmed.index_path
+    assert stemmed.index_path.is_dir(), "an index of the same passages under other settings is still valid"
+    assert not BM25Retriever(corpus).index_built
     assert plain.search("seating", 3) == []  # "seats" only matches "seating" through the stemmer
     assert stemmed.search("seating", 3)[0].passage.id == "p2"
 

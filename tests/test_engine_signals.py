@@ -37,6 +37,9 @@ def engine(request):
 
 
 def test_signals_match_a_full_forward_pass(engine: Engine) -> None:
+    # The reference pass is eager on every layer; an sdpa engine runs different kernels below the
+    # probed layer, so it agrees to 1e-5 relative rather than to the last bit.
+    rel = 1e-5 if engine.probe.base == "sdpa" else None
     gen = engine.generate(PROMPT, max_new_tokens=24)
     assert len(gen.ids) == 24, gen.stopped_by
     reference_lm = tiny_random_model(seed=3, attn_implementation="eager")
@@ -46,7 +49,7 @@ def test_signals_match_a_full_forward_pass(engine: Engine) -> None:
         logp = dists[i]
         assert tok.id == int(torch.argmax(logp)), "greedy must pick the most probable token"
         assert tok.prob == pytest.approx(math.exp(float(logp[tok.id])), abs=1e-5)
-        assert tok.entropy == pytest.approx(float(-(logp.exp() * logp).sum()), abs=1e-5)
+        assert tok.entropy == pytest.approx(float(-(logp.exp() * logp).sum()), abs=1e-5, rel=rel)
         top = torch.topk(logp.exp(), 5)
         assert [prob for _, prob in tok.top] == pytest.approx(top.values.tolist(), abs=1e-5)
         later = [float(attn[p + j, p + i]) for j in range(i + 1, n)]

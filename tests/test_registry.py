@@ -80,13 +80,9 @@ def test_benchmark_without_data_fails_clearly(tmp_path: Path, isolated_cache: Pa
 # --- the benchmark corpus -------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def benchmark():
-    from explorer.paths import shared_data_dir
-
-    if not shared_data_dir().is_dir():
-        pytest.skip(f"benchmark data not found at {shared_data_dir()}")
-    return open_retriever("benchmark")
+@pytest.fixture()
+def benchmark(benchmark_retriever):
+    return benchmark_retriever
 
 
 @pytest.mark.shared_data

@@ -322,7 +322,9 @@ def tiny_random_model(seed: int = 0, *, layers: int = 2, hidden: int = 64, heads
     """A small randomly initialised Llama-style model with the embedded tokenizer, for fast tests.
 
     It shares the real tokenizer so text handling (sub-word merging, stopwords, prompts) is
-    exercised exactly as with the embedded model, while a forward pass takes milliseconds.
+    exercised exactly as with the embedded model, while a forward pass takes milliseconds. The
+    output head is NOT tied to the embeddings: a tied random model only ever repeats the last
+    prompt token, whereas an untied one writes varied words, which the method tests need.
     The seed is applied inside a forked RNG so building one does not disturb the caller's
     random state.
     """
@@ -338,7 +340,7 @@ def tiny_random_model(seed: int = 0, *, layers: int = 2, hidden: int = 64, heads
     config = LlamaConfig(
         vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
         num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=2048,
-        tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        tie_word_embeddings=False, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
         attn_implementation=attn_implementation,
     )

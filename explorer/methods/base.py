@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from explorer.config import Config
 from explorer.errors import ConfigError, ExplorerError
+from explorer.methods.presets import preset_for
 from explorer.retrieval.base import Retriever
 from explorer.trace import Cancelled, Listener, Trace, TraceRecorder
 
@@ -97,10 +98,23 @@ def run_question(method: str, question: str, runtime: Runtime, *, variant: str |
     question = (question or "").strip()
     if not question:
         raise ExplorerError("the question is empty", where="question", fix="type a question to answer")
+    fingerprint = runtime.engine.fingerprint()
+    preset: dict[str, Any] = {}
+    if not isinstance(config, Config):
+        given = dict(config or {})
+        preset = {k: v for k, v in preset_for(str(fingerprint.get("name", "")), method, variant).items()
+                  if k not in given}
+        config = {**preset, **given}
     cfg = make_config(method, config)
     trace = Trace(question=question, method=method, variant=variant, config=cfg.to_dict(),
-                  model=runtime.engine.fingerprint(), corpus=dict(runtime.corpus), gold=dict(gold or {}))
+                  model=fingerprint, corpus=dict(runtime.corpus), gold=dict(gold or {}))
     rec = TraceRecorder(trace, listeners=listeners, cancel=cancel)
+    if preset:
+        paper = {k: cls.Config.describe_field(k)["default"] for k in preset}
+        rec.add("note", level="info", preset=preset, paper_defaults=paper,
+                message=f"{', '.join(f'{k}={v}' for k, v in preset.items())} from the preset for "
+                        f"{fingerprint.get('name')} (paper default {', '.join(f'{k}={v}' for k, v in paper.items())}): "
+                        "thresholds do not transfer across models")
     start = time.perf_counter()
     try:
         cls(cfg, runtime, variant).run(question, rec)

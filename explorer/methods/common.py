@@ -84,6 +84,11 @@ def token_budget_left(engine: Engine, text: str, max_length: int) -> int:
     return max_length - engine.count_tokens(text)
 
 
+def reference_should_stop(engine: Engine, text: str, old_len: int, *, max_length: int) -> bool:
+    """The reference loops' stopping rule: too long, no progress, or the answer has been given."""
+    return engine.count_tokens(text) > max_length or len(text) <= old_len or "the answer is" in text.lower()
+
+
 def finish(engine: Engine, rec: TraceRecorder, config: BaseConfig, question: str, text: str,
            hits: list[Hit] | None = None) -> None:
     """Complete the answer phrase if missing, then record the final output and extracted answer."""

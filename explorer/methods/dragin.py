@@ -123,8 +123,7 @@ class Dragin(Method):
                 common.continuation(rec, regen, retrieval)
                 first = common.keep_first_sentence(rec, regen)
                 text = prompts.join_text(text, ptext, first)
-            if (engine.count_tokens(text) > cfg.max_length or len(text) <= old_len
-                    or "the answer is" in text):
+            if common.reference_should_stop(engine, text, old_len, max_length=cfg.max_length):
                 break
         return text, hits
 

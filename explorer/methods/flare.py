@@ -138,7 +138,7 @@ class Flare(Method):
                 regen = common.generate(engine, rec, segments, max_new_tokens=cfg.max_length, purpose="continuation")
                 common.continuation(rec, regen, retrieval)
                 text = prompts.join_text(text, ptext, regen.text)
-            if engine.count_tokens(text) > cfg.max_length or len(text) <= old_len or "the answer is" in text:
+            if common.reference_should_stop(engine, text, old_len, max_length=cfg.max_length):
                 break
         return text, hits
 

@@ -3,7 +3,9 @@
 Why bm25s: it stores, for every term, the BM25 contribution of every passage that contains it
 (a CSC matrix), so a query is a sum of a few posting lists plus a top-k selection, all in
 numpy. benchmarks/bench_retrieval.py measures it against rank-bm25 (which rescores the whole
-corpus in Python per query) on the same corpora; see benchmarks/results/retrieval.md.
+corpus in Python per query) on the same term lists: on the ~15,500-passage benchmark pool a query
+takes under 0.1 ms against tens of milliseconds with rank-bm25, and at a million passages ~1.6 ms,
+with the index built in under a minute (benchmarks/results/retrieval.md).
 
 Scoring is the Lucene variant that Elasticsearch, and so the dynamic-RAG papers, use:
 
@@ -183,10 +185,18 @@ class BM25Retriever:
         self._prune_stale(final)
 
     def _prune_stale(self, final: Path) -> None:
-        """Remove older indexes of the same corpus file (same name and source hash, another key)."""
+        """Remove indexes of earlier contents of the same corpus file (same name and source hash, other
+        passages). Indexes of the same passages under other settings stay: they are still valid."""
         prefix = final.name[: -len(self.key)]
         for other in final.parent.glob(f"{prefix}*"):
-            if other != final and other.is_dir():
+            if other == final or not other.is_dir():
+                continue
+            try:
+                stale = json.loads((other / META_FILE).read_text(encoding="utf-8")).get("fingerprint") \
+                    != self.corpus.fingerprint
+            except (OSError, ValueError):
+                stale = True
+            if stale:
                 shutil.rmtree(other, ignore_errors=True)
 
     def _load_cached(self):

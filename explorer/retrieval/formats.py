@@ -91,7 +91,7 @@ def iter_jsonl(path: Path) -> Iterator[Record]:
     """(``file:line``, value) for every non-blank line."""
     number = 0
     with open_text(path) as stream, _read_errors(lambda: f"{path}:{number + 1}"):
-        for number, line in enumerate(stream, start=1):  # noqa: B007 (read by the error guard)
+        for number, line in enumerate(stream, start=1):
             if not line.strip():
                 continue
             try:

@@ -2,9 +2,9 @@
 
 Defaults follow what the dynamic-RAG papers searched with (Elasticsearch's BM25 over Wikipedia):
 lower case, Unicode word characters, the 33 Lucene English stopwords, plus the Snowball English
-stemmer, which on the benchmark questions raised passage recall@5 on NQ (0.852 -> 0.882), HotpotQA
-(0.725 -> 0.735) and the demo questions (0.89 -> 0.91) and left MuSiQue level (0.472 -> 0.467);
-benchmarks/bench_retrieval.py prints that comparison. Accents are folded ("Colisée" matches
+stemmer, which raised gold-passage recall@5 on NQ (0.843 -> 0.873), HotpotQA (0.705 -> 0.710) and
+the demo questions (0.890 -> 0.915) and left MuSiQue level (0.388 -> 0.385); benchmarks/bench_retrieval.py
+prints that comparison (results in benchmarks/results/retrieval.md). Accents are folded ("Colisée" matches
 "Colisee", which small models often write), and one-character tokens are dropped unless they
 are digits ("World War 2" keeps its "2"; the "s" of "Mozart's" goes).
 

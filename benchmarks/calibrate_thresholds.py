@@ -1,0 +1,61 @@
+"""How DRAGIN's and FLARE's signals are distributed on a model, to choose thresholds that fire.
+
+Thresholds do not transfer across models (the DRAGIN paper's 0.6-1.5 are for Llama-2/Vicuna),
+so the explorer ships per-model presets (explorer/methods/presets.py). This script produces the
+evidence for them: it drafts an answer to every demo question without retrieval, with the same
+prompts the methods use, and prints for each signal the distribution of the per-question maximum
+(RIND: entropy x amax over content tokens, paper variant; the reference's per-sentence word
+score; FLARE's minimum token probability), and the fraction of questions a threshold would fire on.
+
+    .venv/bin/python -m benchmarks.calibrate_thresholds [--model embedded] [--limit 41]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+from explorer.eval.datasets import load_dataset
+from explorer.methods import prompts
+from explorer.runtime import open_engine
+
+
+def _quantiles(values: list[float]) -> str:
+    qs = statistics.quantiles(values, n=4) if len(values) > 1 else values * 3
+    return f"min {min(values):.3f} · q1 {qs[0]:.3f} · median {qs[1]:.3f} · q3 {qs[2]:.3f} · max {max(values):.3f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="embedded")
+    parser.add_argument("--limit", type=int, default=41)
+    parser.add_argument("--max-length", type=int, default=100)
+    args = parser.parse_args()
+    engine = open_engine(args.model)
+    rind_max, prob_min = [], []
+    for q in load_dataset("demo", limit=args.limit):
+        segments = prompts.build_prompt(q.question, shots=prompts.exemplars(q.question, "auto", 6))
+        gen = engine.generate(segments, max_new_tokens=args.max_length, stop_strings=prompts.STOP_STRINGS,
+                              attention=True)
+        rinds = [t.rind for t in gen.tokens if t.rind is not None and t.content]
+        if rinds:
+            rind_max.append(max(rinds))
+        probs = [t.prob for t in gen.tokens if t.text.strip()]
+        if probs:
+            prob_min.append(min(probs))
+    print(f"model: {engine.lm.name} · {len(rind_max)} demo questions drafted without retrieval\n")
+    print("| signal | per-question extreme | distribution |")
+    print("|---|---|---|")
+    print(f"| DRAGIN paper RIND (entropy x amax, content tokens) | max | {_quantiles(rind_max)} |")
+    print(f"| FLARE token probability | min | {_quantiles(prob_min)} |")
+    print("\nshare of questions on which retrieval would fire at least once:")
+    for theta in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.2):
+        share = sum(v > theta for v in rind_max) / len(rind_max)
+        print(f"  DRAGIN θ = {theta:<4}: {share:.0%}")
+    for theta in (0.05, 0.1, 0.2, 0.3, 0.4):
+        share = sum(v < theta for v in prob_min) / len(prob_min)
+        print(f"  FLARE  θ = {theta:<4}: {share:.0%}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+"""Per-model defaults for thresholds, because thresholds do not transfer across models.
+
+The config classes keep the papers' defaults (DRAGIN's θ = 1.2 was tuned for Llama-2-13B).
+On another model the same signal has another scale: on the embedded SmolLM2-135M-Instruct,
+θ = 1.2 fires on 1 demo question in 41, θ = 0.3 on 29 (benchmarks/calibrate_thresholds.py,
+recorded in BENCHMARKS.md). A preset fills only the values a user did not set, and the run's
+trace says which values came from a preset, so nothing changes silently.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: model name (as the trace's model fingerprint records it) -> (method, variant) -> values
+PRESETS: dict[str, dict[tuple[str, str], dict[str, Any]]] = {
+    "SmolLM2-135M-Instruct": {
+        ("dragin", "paper"): {"threshold": 0.3},
+    },
+}
+
+
+def preset_for(model_name: str, method: str, variant: str) -> dict[str, Any]:
+    """The preset values for this model, method and variant (empty when there is none)."""
+    return dict(PRESETS.get(model_name, {}).get((method, variant), {}))

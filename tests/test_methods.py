@@ -1,0 +1,255 @@
+"""Every method end to end, the reference variants' behaviours, and the errors users can cause.
+
+Behaviour tests run on the tiny random model (fast, deterministic: its near-uniform attention and
+high entropy make every check fire, which is what exercising the cutting and re-querying paths
+needs); the end-to-end tests run the embedded SmolLM2 on the demo corpus.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from explorer.engine.generation import Engine
+from explorer.engine.signals import merge_words
+from explorer.errors import ConfigError, ExplorerError
+from explorer.methods import common, prompts
+from explorer.methods.base import Runtime, make_config, run_question
+from explorer.trace import Trace
+
+LEWISTON = "What is the seating capacity of the arena where the Lewiston Maineiacs played their home games?"
+SAVILLE = "Who lived longer, Alejandro Jodorowsky or Philip Saville?"
+ALL = [("wo", "paper"), ("sr", "paper"), ("fl", "paper"), ("fs", "paper"), ("flare", "paper"),
+       ("flare", "reference"), ("dragin", "paper"), ("dragin", "reference")]
+
+
+@pytest.fixture(scope="module")
+def tiny_runtime(tiny_lm, demo_retriever) -> Runtime:
+    return Runtime(engine=Engine(tiny_lm), retriever=demo_retriever, corpus={"name": "demo"})
+
+
+@pytest.fixture(scope="module")
+def embedded_runtime(embedded_lm, demo_retriever) -> Runtime:
+    return Runtime(engine=Engine(embedded_lm), retriever=demo_retriever, corpus={"name": "demo"})
+
+
+def assert_consistent(trace: Trace) -> None:
+    """The trace validates, and its costs add up to what its events show."""
+    trace.validate()
+    gens = trace.of_kind("generation")
+    assert trace.costs.llm_calls == len(gens)
+    assert trace.costs.retrievals == len(trace.of_kind("retrieval"))
+    assert trace.costs.generated_tokens == sum(len(g.payload["tokens"]) for g in gens)
+    discarded = 0
+    for cut in trace.of_kind("truncation"):
+        span = trace.event(cut.payload["span"])
+        assert span.kind == "generation"
+        tokens = span.payload["tokens"]
+        discarded += len(tokens) - cut.payload["token_index"]
+        assert "".join(t["text"] for t in tokens[: cut.payload["token_index"]]) == cut.payload["kept_text"]
+    assert trace.costs.discarded_tokens == discarded
+    for cont in trace.of_kind("continuation"):
+        assert trace.event(cont.payload["retrieval"]).kind == "retrieval"
+    assert trace.of_kind("answer"), "every complete run ends with an answer event"
+    json.loads(trace.to_json())
+
+
+@pytest.mark.parametrize(("method", "variant"), ALL)
+def test_every_method_writes_a_consistent_trace_on_the_tiny_model(tiny_runtime, method: str, variant: str) -> None:
+    trace = run_question(method, SAVILLE, tiny_runtime, variant=variant,
+                         config={"max_length": 40, "answer_tokens": 4, **_low_thresholds(method)})
+    assert trace.status == "complete", trace.error
+    assert_consistent(trace)
+    assert Trace.from_json(trace.to_json()).to_dict() == trace.to_dict()
+
+
+def _low_thresholds(method: str) -> dict:
+    return {"dragin": {"threshold": 0.01}, "flare": {"threshold": 0.5}}.get(method, {})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("method", "variant"), ALL)
+def test_every_method_runs_on_the_embedded_model(embedded_runtime, method: str, variant: str) -> None:
+    trace = run_question(method, SAVILLE, embedded_runtime, variant=variant, config={"max_length": 64})
+    assert trace.status == "complete", trace.error
+    assert_consistent(trace)
+    assert trace.answer, trace.output
+    if method != "wo":
+        assert trace.corpus["name"] == "demo"
+
+
+@pytest.mark.slow
+def test_dragin_finds_the_arena_passage_for_the_lewiston_question(embedded_runtime) -> None:
+    trace = run_question("dragin", LEWISTON, embedded_runtime, variant="paper", config={"max_length": 64})
+    assert trace.status == "complete", trace.error
+    triggers = trace.of_kind("trigger")
+    assert triggers, "RIND never fired at the model's preset threshold"
+    retrieved = {h["id"] for r in trace.of_kind("retrieval") for h in r.payload["hits"]}
+    assert "demo-0002" in retrieved, retrieved
+    query = trace.of_kind("query")[0].payload
+    assert query["source"] == "qfs" and query["chosen"], "QFS must record the words it chose"
+    assert all(c["eligible"] for c in query["candidates"] if c["chosen"])
+
+
+# -- DRAGIN reference behaviours -------------------------------------------------------------------
+
+def test_words_merge_at_space_markers_and_newlines() -> None:
+    words = merge_words([" The", " Lew", "iston", " Maine", "iac", "s", ".", "\n", "So", " the"])
+    assert [w.text for w in words] == ["The", "Lewiston", "Maineiacs.", "So", "the"]
+    assert [(w.start, w.end) for w in words] == [(0, 1), (1, 3), (3, 7), (7, 9), (9, 10)]
+
+
+@pytest.fixture(scope="module")
+def dragin_reference(tiny_runtime) -> Trace:
+    return run_question("dragin", LEWISTON, tiny_runtime, variant="reference",
+                        config={"max_length": 48, "threshold": 1.0, "answer_tokens": 4})
+
+
+def test_reference_scores_are_normalised_per_sentence(dragin_reference: Trace) -> None:
+    check = dragin_reference.of_kind("check")[0].payload
+    assert check["unit"] == "word" and check["units"]
+    by_sentence: dict[int, list[dict]] = {}
+    for unit in check["units"]:
+        by_sentence.setdefault(unit["sentence"], []).append(unit)
+    for units in by_sentence.values():
+        # attention normalised to sum 1, times the number of words: the values / entropy sum to n.
+        assert sum(u["value"] / u["entropy"] for u in units) == pytest.approx(len(units), rel=1e-6)
+
+
+def test_reference_cuts_at_the_start_of_the_flagged_sentence(dragin_reference: Trace) -> None:
+    from explorer.engine.language import get_language
+
+    trigger = dragin_reference.of_kind("trigger")[0].payload
+    cut = next(c.payload for c in dragin_reference.of_kind("truncation") if c.payload["span"] == trigger["span"])
+    span = dragin_reference.event(trigger["span"]).payload
+    sentences = get_language().sentences(span["text"])
+    starts = {s.start_char for s in sentences}
+    assert len(cut["kept_text"]) in starts or cut["kept_text"] == ""
+    flagged = sentences[trigger["sentence"]]
+    assert len(cut["kept_text"]) <= flagged.start_char
+    assert cut["discarded_text"].strip().startswith(flagged.text.strip()[:10])
+
+
+def test_reference_keeps_only_the_first_sentence_after_retrieval(dragin_reference: Trace) -> None:
+    from explorer.engine.language import get_language
+
+    conts = [c.payload for c in dragin_reference.of_kind("continuation")]
+    assert conts, "the reference run must retrieve at least once on the tiny model"
+    for cont in conts:
+        span = dragin_reference.event(cont["span"]).payload
+        sentences = get_language().sentences(span["text"])
+        cuts = [c.payload for c in dragin_reference.of_kind("truncation") if c.payload["span"] == cont["span"]]
+        if len(sentences) > 1:
+            assert cuts and cuts[0]["reason"] == "only the first sentence is kept"
+            assert cuts[0]["kept_text"].strip() == span["text"][: sentences[1].start_char].strip()
+        else:
+            assert not cuts
+
+
+def test_reference_stopping_rules(tiny_runtime) -> None:
+    engine = tiny_runtime.engine
+    assert common.reference_should_stop(engine, "x " * 200, 0, max_length=100)  # too long
+    assert common.reference_should_stop(engine, "some text", len("some text"), max_length=100)  # no progress
+    assert common.reference_should_stop(engine, "Thus ... so the answer is 3.", 0, max_length=100)
+    assert not common.reference_should_stop(engine, "The arena seats many.", 0, max_length=100)
+    trace = run_question("dragin", LEWISTON, tiny_runtime, variant="reference",
+                         config={"max_length": 16, "threshold": 1000.0, "answer_tokens": 2})
+    drafts = [g.payload["text"] for g in trace.of_kind("generation") if g.payload["purpose"] == "draft"]
+    assert not trace.of_kind("trigger"), "θ is so high that nothing may fire"
+    # Chunks are appended until the rule says stop, and not one chunk longer.
+    text, decisions = "", []
+    for draft in drafts:
+        old = len(text)
+        text = prompts.join_text(text, draft)
+        decisions.append(common.reference_should_stop(engine, text, old, max_length=16))
+    assert decisions[-1] and not any(decisions[:-1])
+
+
+def test_paper_cut_is_right_before_the_trigger_token(tiny_runtime) -> None:
+    trace = run_question("dragin", LEWISTON, tiny_runtime, variant="paper",
+                         config={"max_length": 32, "threshold": 0.01, "answer_tokens": 2})
+    trigger = trace.of_kind("trigger")[0].payload
+    cut = next(c.payload for c in trace.of_kind("truncation") if c.payload["span"] == trigger["span"])
+    assert cut["token_index"] == trigger["token_index"]
+    tokens = trace.event(trigger["span"]).payload["tokens"]
+    assert tokens[trigger["token_index"]]["rind"] == pytest.approx(trigger["value"])
+    assert trigger["value"] > trigger["threshold"]
+    assert all(t["rind"] is None or t["rind"] <= trigger["threshold"] or not t["content"]
+               for t in tokens[: trigger["token_index"]])
+
+
+def test_flare_paper_masks_the_unsure_words(tiny_runtime) -> None:
+    trace = run_question("flare", SAVILLE, tiny_runtime, variant="paper",
+                         config={"max_length": 32, "threshold": 0.5, "initial_retrieval": False, "answer_tokens": 2})
+    query = next(q.payload for q in trace.of_kind("query") if q.payload["source"] == "masked-sentence")
+    for word in query["masked"]:
+        assert word not in query["text"].split()
+
+
+# -- user errors ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("method", "values", "message"), [
+    ("dragin", {"threshold": -1}, r"out of range.*\[0, 1000\]"),
+    ("dragin", {"top_n": "many"}, "not a valid int"),
+    ("flare", {"threshold": 1.5}, r"\[0, 1\]"),
+    ("sr", {"top_k": 0}, "out of range"),
+    ("wo", {"exemplars": "poetry"}, "use one of"),
+    ("fl", {"windw": 8}, "unknown parameter"),
+])
+def test_bad_config_values_are_rejected_with_the_allowed_range(method: str, values: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        make_config(method, values)
+
+
+def test_unknown_method_and_variant(tiny_runtime) -> None:
+    with pytest.raises(ConfigError, match="unknown method"):
+        run_question("dragon", SAVILLE, tiny_runtime)
+    with pytest.raises(ConfigError, match="no variant"):
+        run_question("sr", SAVILLE, tiny_runtime, variant="reference")
+
+
+def test_empty_and_overlong_questions(tiny_runtime) -> None:
+    with pytest.raises(ExplorerError, match="question is empty"):
+        run_question("wo", "   ", tiny_runtime)
+    trace = run_question("sr", "why " * 3000, tiny_runtime)
+    assert trace.status == "error"
+    assert "context holds" in trace.error and "shorten the question" in trace.error
+
+
+@pytest.mark.slow
+def test_run_command_prints_the_story_and_writes_the_trace(tmp_path: Path) -> None:
+    out = tmp_path / "trace.json"
+    proc = subprocess.run([sys.executable, "-m", "explorer", "run", "--method", "sr", "--question", SAVILLE,
+                           "--set", "max_length=32", "--json", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=Path(__file__).resolve().parent.parent)
+    assert proc.returncode == 0, proc.stderr
+    assert "? query (question)" in proc.stdout and "Answer:" in proc.stdout
+    trace = Trace.from_json(out.read_text())
+    assert trace.method == "sr" and trace.question == SAVILLE
+    bad = subprocess.run([sys.executable, "-m", "explorer", "run", "--method", "dragin", "--question", SAVILLE,
+                          "--set", "threshold=abc"], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parent.parent)
+    assert bad.returncode == 1 and "not a valid float" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_model_presets_fill_only_unset_values_and_say_so(tiny_lm, demo_retriever) -> None:
+    import dataclasses
+
+    from explorer.methods.presets import preset_for
+
+    preset = preset_for("SmolLM2-135M-Instruct", "dragin", "paper")
+    assert preset and preset_for("SmolLM2-135M-Instruct", "dragin", "reference") == {}
+    named = dataclasses.replace(tiny_lm, name="SmolLM2-135M-Instruct")
+    runtime = Runtime(engine=Engine(named), retriever=demo_retriever, corpus={"name": "demo"})
+    trace = run_question("dragin", SAVILLE, runtime, variant="paper", config={"max_length": 8, "answer_tokens": 2})
+    assert trace.config["threshold"] == preset["threshold"]
+    note = trace.of_kind("note")[0].payload
+    assert note["preset"] == preset and note["paper_defaults"] == {"threshold": 1.2}
+    given = run_question("dragin", SAVILLE, runtime, variant="paper",
+                         config={"max_length": 8, "answer_tokens": 2, "threshold": 0.9})
+    assert given.config["threshold"] == 0.9
+    assert not [n for n in given.of_kind("note") if "preset" in n.payload]
