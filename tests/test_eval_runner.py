@@ -67,11 +67,24 @@ def test_arms_take_settings_per_method_and_for_all() -> None:
     arms = build_arms(["wo", "dragin", "flare"], settings=["max_length=16", "dragin.threshold=0.5"],
                       variants=["dragin=reference"])
     by = {a.method: a for a in arms}
-    assert by["wo"].config["max_length"] == 16 and by["flare"].config["max_length"] == 16
-    assert by["dragin"].config["threshold"] == 0.5 and by["dragin"].variant == "reference"
-    assert by["flare"].variant == "paper" and "threshold" not in by["wo"].config
+    assert by["wo"].given == {"max_length": 16} and by["flare"].given == {"max_length": 16}
+    assert by["dragin"].given == {"max_length": 16, "threshold": 0.5} and by["dragin"].variant == "reference"
+    assert by["flare"].variant == "paper"
     both = build_arms(["dragin", "dragin:reference"])
     assert [(a.method, a.variant) for a in both] == [("dragin", "paper"), ("dragin", "reference")]
+
+
+def test_configs_resolve_like_run_question_with_the_model_preset() -> None:
+    from explorer.methods.base import make_config
+    from explorer.methods.presets import preset_for
+
+    (plain,) = build_arms(["dragin"])
+    (chosen,) = build_arms(["dragin"], settings=["dragin.threshold=2.5"])
+    default = make_config("dragin", {}).to_dict()["threshold"]
+    preset = preset_for("SmolLM2-135M-Instruct", "dragin", "paper").get("threshold", default)
+    assert plain.resolve("SmolLM2-135M-Instruct")["threshold"] == preset
+    assert plain.resolve("some-other-model")["threshold"] == default
+    assert chosen.resolve("SmolLM2-135M-Instruct")["threshold"] == 2.5  # what the user sets wins
 
 
 @pytest.mark.parametrize("methods, settings, variants, message", [
@@ -113,16 +126,27 @@ def test_a_malformed_question_file_fails_with_file_line_and_reason(tmp_path: Pat
     assert code == 1 and f"{bad}:2" in err and "Traceback" not in err
 
 
-def test_a_rerun_with_another_config_is_refused(tmp_db: Path) -> None:
+def test_a_rerun_with_another_config_or_model_is_refused(tiny_lm, demo_retriever, tmp_db: Path) -> None:
     store = RunStore(tmp_db)
-    first = settings_for("e", ["wo", "dragin"])
-    store.start_evaluation("e", first.to_dict())
-    with pytest.raises(ExplorerError, match=r"ran dragin with another config \(threshold: 1.2 -> 0.3\)"):
-        run_evaluation(settings_for("e", ["dragin"], extra=("dragin.threshold=0.3",)), store, show_progress=False)
-    other_model = settings_for("e", ["wo"])
+    runtime = tiny_runtime(tiny_lm, demo_retriever)
+    run_evaluation(settings_for("e", ["wo", "dragin"], limit=1), store, runtime=runtime, show_progress=False)
+    with pytest.raises(ExplorerError, match=r"ran dragin \(paper\) with another config \(threshold: 1.2 -> 0.3\)"):
+        run_evaluation(settings_for("e", ["dragin"], limit=1, extra=("dragin.threshold=0.3",)), store,
+                       runtime=runtime, show_progress=False)
+    other_model = settings_for("e", ["wo"], limit=1)
     other_model.model = "/elsewhere/model"
     with pytest.raises(ExplorerError, match="was run with model='embedded'"):
-        run_evaluation(other_model, store, show_progress=False)
+        run_evaluation(other_model, store, runtime=runtime, show_progress=False)
+    # Defaults that changed since the evaluation began (a new preset, say) are named, with the way to keep them.
+    settings = store.evaluation("e")["settings"]
+    settings["arms"][1]["config"]["top_k"] = 5
+    store.update_evaluation("e", settings=settings)
+    with pytest.raises(ExplorerError, match=r"top_k: 5 -> 3.*--set dragin.top_k=5"):
+        run_evaluation(settings_for("e", ["dragin"], limit=1), store, runtime=runtime, show_progress=False)
+    settings["model_name"] = "another-model"
+    store.update_evaluation("e", settings=settings)
+    with pytest.raises(ExplorerError, match="ran on model 'another-model'"):
+        run_evaluation(settings_for("e", ["wo"], limit=1), store, runtime=runtime, show_progress=False)
 
 
 # --- running with the tiny model --------------------------------------------------------------------

@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
                             corpus=args.corpus, dtype=args.dtype, device=args.device, seed=args.seed,
                             data_dir=args.data, batch_size=args.batch,
                             sweep={"method": arms[0].method, "variant": arms[0].variant, "param": args.param,
-                                   "values": [a.config[args.param] for a in arms]})
+                                   "values": [a.given[args.param] for a in arms]})
     store = open_store(args.db)
     print(f"sweep {name!r} in {store.path}", file=sys.stderr)
     result = run_evaluation(settings, store, show_progress=not args.quiet)

@@ -21,6 +21,12 @@ What makes long evaluations safe on a shared machine:
   stored as complete, so it resumes, and it may add datasets, methods or questions;
 - each run is seeded from the evaluation seed and the run's own key, so a run's result does not
   depend on which runs came before it: a resumed evaluation equals an uninterrupted one.
+
+Configs: an arm keeps the values the user set; everything else comes from the method's defaults
+and the model's preset (:mod:`explorer.methods.presets`), exactly as ``run_question`` resolves
+them, so an evaluation runs what ``explorer run`` would. The resolved config of every arm is
+stored with the evaluation; a resume whose defaults or presets have changed since is refused
+with the difference, instead of mixing two configs under one method.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from typing import Any
 from explorer.errors import ConfigError, ExplorerError
 from explorer.eval.datasets import Question, canonical_name, load_dataset
 from explorer.methods.base import Runtime, get_method, make_config, run_question
+from explorer.methods.presets import preset_for
 from explorer.trace import Trace
 
 RESERVED_FIELDS = ("seed",)
@@ -43,26 +50,28 @@ RESERVED_FIELDS = ("seed",)
 
 @dataclass(frozen=True)
 class Arm:
-    """One configured method of an evaluation: method, variant and its FULL config (defaults filled in)."""
+    """One configured method of an evaluation: method, variant and the config values the user set."""
 
     method: str
     variant: str
-    config: dict[str, Any]
+    given: dict[str, Any]
 
     def __hash__(self) -> int:
-        return hash((self.method, self.variant, self.config_key))
-
-    @property
-    def config_key(self) -> str:
-        """The config as the store keeps it (sorted-key JSON), which is how resumes recognise a run."""
-        return json.dumps(self.config, sort_keys=True)
+        return hash((self.method, self.variant, json.dumps(self.given, sort_keys=True)))
 
     @property
     def name(self) -> str:
         return self.method if self.variant == get_method(self.method).variants[0] else f"{self.method}:{self.variant}"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"method": self.method, "variant": self.variant, "config": self.config}
+    def resolve(self, model_name: str) -> dict[str, Any]:
+        """The full config a run of this arm records on ``model_name``: defaults < model preset < given."""
+        values = {**preset_for(model_name, self.method, self.variant), **self.given}
+        return make_config(self.method, values).to_dict()
+
+
+def config_key(config: dict[str, Any]) -> str:
+    """A config as the store keeps it (sorted-key JSON), which is how resumes recognise a run."""
+    return json.dumps(config, sort_keys=True)
 
 
 @dataclass
@@ -89,7 +98,8 @@ class EvalSettings:
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.identity(), "datasets": {d: {"limit": self.limit} for d in self.datasets},
-                "arms": [a.to_dict() for a in self.arms], "sweep": self.sweep, "data_dir": self.data_dir}
+                "arms": [{"method": a.method, "variant": a.variant, "set": a.given} for a in self.arms],
+                "sweep": self.sweep, "data_dir": self.data_dir}
 
 
 # --- parsing what users type ----------------------------------------------------------------------
@@ -152,13 +162,14 @@ def build_arms(methods: Iterable[str], *, settings: Iterable[str] = (), variants
         values: dict[str, Any] = dict(per_method[method])
         if "seed" in _field_names(method) and "seed" not in values:
             values["seed"] = seed
-        cfg = make_config(method, values).to_dict()
+        cfg = make_config(method, values).to_dict()  # a bad value fails here, before any model loads
+        given = {k: cfg[k] for k in values}  # typed ("0.5" -> 0.5)
         cls = get_method(method)
         variant = variant or chosen_variant.get(method) or cls.variants[0]
         if variant not in cls.variants:
             raise ConfigError(f"method {method} has no variant {variant!r}", where="--variant",
                               fix=f"choose one of {', '.join(cls.variants)}")
-        arm = Arm(method, variant, cfg)
+        arm = Arm(method, variant, given)
         if arm not in arms:
             arms.append(arm)
     return arms
@@ -179,33 +190,47 @@ def default_name(datasets: list[str], limit: int | None, model: str, corpus: str
 # --- resuming -------------------------------------------------------------------------------------
 
 
-def _compatible(stored: dict[str, Any], settings: EvalSettings) -> dict[str, Any]:
-    """Check a rerun against what the evaluation was started with; return the merged settings."""
-    fix = "use the settings the evaluation was started with, or a new --name"
+def _check_identity(stored: dict[str, Any], settings: EvalSettings) -> None:
     for key, value in settings.identity().items():
         if key in stored and stored[key] != value:
             raise ExplorerError(f"evaluation {settings.name!r} was run with {key}={stored[key]!r}, "
-                                f"this run asks for {key}={value!r}", fix=fix)
-    swept = (stored.get("sweep") or {}).get("param") if stored.get("sweep") else None
-    old_arms = [Arm(a["method"], a["variant"], a["config"]) for a in stored.get("arms", [])]
-    for arm in settings.arms:
+                                f"this run asks for {key}={value!r}",
+                                fix="use the settings the evaluation was started with, or a new --name")
+
+
+def _merge(stored: dict[str, Any] | None, settings: EvalSettings, resolved: dict[Arm, dict[str, Any]],
+           model_name: str) -> dict[str, Any]:
+    """The evaluation's settings after this run: old and new arms and datasets together.
+
+    Refuses an arm whose resolved config differs from the one the evaluation already ran for the
+    same method and variant (other than a sweep's parameter), naming each differing value.
+    """
+    new_arms = [{"method": a.method, "variant": a.variant, "set": a.given, "config": resolved[a]}
+                for a in settings.arms]
+    if stored is None:
+        merged = settings.to_dict()
+        merged.update(arms=new_arms, model_name=model_name)
+        return merged
+    swept = (stored.get("sweep") or {}).get("param")
+    old_arms = list(stored.get("arms") or [])
+    for arm in new_arms:
         for old in old_arms:
-            if (old.method, old.variant) != (arm.method, arm.variant):
+            if (old.get("method"), old.get("variant")) != (arm["method"], arm["variant"]):
                 continue
-            a = {k: v for k, v in arm.config.items() if k != swept}
-            b = {k: v for k, v in old.config.items() if k != swept}
+            a = {k: v for k, v in arm["config"].items() if k != swept}
+            b = {k: v for k, v in (old.get("config") or {}).items() if k != swept}
             if a != b:
                 diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
                 shown = ", ".join(f"{k}: {b.get(k)!r} -> {a.get(k)!r}" for k in diff)
-                raise ExplorerError(f"evaluation {settings.name!r} ran {arm.name} with another config ({shown})",
-                                    fix=fix)
+                keep = " ".join(f"--set {arm['method']}.{k}={b[k]}" for k in diff if k in b)
+                raise ExplorerError(
+                    f"evaluation {settings.name!r} ran {arm['method']} ({arm['variant']}) with another config "
+                    f"({shown})", fix="use a new --name" + (f", or continue with the old values: {keep}" if keep
+                                                             else ""))
     merged = dict(stored)
     merged.update(settings.identity())
-    arms = [a.to_dict() for a in old_arms]
-    for arm in settings.arms:
-        if arm.to_dict() not in arms:
-            arms.append(arm.to_dict())
-    merged["arms"] = arms
+    merged["model_name"] = model_name
+    merged["arms"] = old_arms + [a for a in new_arms if a not in old_arms]
     datasets = dict(stored.get("datasets") or {})
     for d in settings.datasets:
         old_limit = (datasets.get(d) or {}).get("limit", 0)
@@ -224,7 +249,7 @@ def _compatible(stored: dict[str, Any], settings: EvalSettings) -> dict[str, Any
 
 def run_seed(seed: int, dataset: str, question_id: str, arm: Arm) -> int:
     """A per-run seed from the evaluation seed and the run's key, independent of run order."""
-    key = json.dumps([seed, dataset, question_id, arm.method, arm.variant, arm.config_key])
+    key = json.dumps([seed, dataset, question_id, arm.method, arm.variant, config_key(arm.given)])
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big")
 
 
@@ -289,10 +314,11 @@ class _Tally:
         return " | ".join(parts)
 
 
-def _error_trace(question: Question, arm: Arm, runtime: Runtime, exc: BaseException) -> Trace:
+def _error_trace(question: Question, arm: Arm, config: dict[str, Any], runtime: Runtime,
+                 exc: BaseException) -> Trace:
     """The record of a run that crashed with an unexpected exception, so one bad case does not end hours of work."""
     fingerprint = runtime.engine.fingerprint() if hasattr(runtime.engine, "fingerprint") else {}
-    return Trace(question=question.question, method=arm.method, variant=arm.variant, config=dict(arm.config),
+    return Trace(question=question.question, method=arm.method, variant=arm.variant, config=dict(config),
                  model=fingerprint, corpus=dict(runtime.corpus), gold=gold_of(question), status="error",
                  error=f"{type(exc).__name__}: {exc}")
 
@@ -314,32 +340,49 @@ def run_evaluation(settings: EvalSettings, store: Any, *, runtime: Runtime | Non
     questions: dict[str, list[Question]] = {
         d: load_dataset(d, limit=settings.limit, data_dir=settings.data_dir) for d in settings.datasets}
     existing = store.evaluation(settings.name)
-    stored_settings = _compatible(existing["settings"], settings) if existing else settings.to_dict()
+    stored = existing["settings"] if existing else None
+    if stored is not None:
+        _check_identity(stored, settings)
+
+    def open_rt() -> Runtime:
+        from explorer.runtime import open_runtime
+
+        return open_runtime(settings.model, settings.corpus, dtype=settings.dtype, device=settings.device,
+                            progress=say)
+
+    # Configs resolve against the model's name (its preset); a resume that has nothing left to do
+    # takes the name from the stored settings and never loads the model.
+    model_name = (stored or {}).get("model_name")
+    if runtime is None and model_name is None:
+        runtime = open_rt()
+    if runtime is not None:
+        model_name = _model_name(runtime, (stored or {}).get("model_name"), settings)
+    resolved = {arm: arm.resolve(model_name) for arm in settings.arms}
+    stored_settings = _merge(stored, settings, resolved, model_name)
     store.start_evaluation(settings.name, stored_settings)
     store.update_evaluation(settings.name, settings=stored_settings, status="running")
     store.discard_incomplete(settings.name)
     done = store.run_configs(settings.name)
+    keys = {arm: config_key(resolved[arm]) for arm in settings.arms}
     # Question by question, alternating datasets, so a run stopped early has covered every dataset evenly.
     depth = max((len(qs) for qs in questions.values()), default=0)
     todo = [(d, questions[d][i], arm) for i in range(depth) for d in settings.datasets if i < len(questions[d])
             for arm in settings.arms
-            if (d, questions[d][i].id, arm.method, arm.variant, arm.config_key) not in done]
+            if (d, questions[d][i].id, arm.method, arm.variant, keys[arm]) not in done]
     total = sum(len(qs) for qs in questions.values()) * len(settings.arms)
     result = EvalResult(name=settings.name, skipped=total - len(todo))
     tally = _Tally()
     names = {arm: arm.name if len({a.method for a in settings.arms}) == len(settings.arms) else _arm_label(arm)
              for arm in settings.arms}
     if result.skipped:
-        _tally_stored(store, settings, questions, names, tally)
+        _tally_stored(store, settings, questions, names, keys, tally)
     if not todo:
         store.update_evaluation(settings.name, status="complete")
         result.status = "complete"
         return result
     if runtime is None:
-        from explorer.runtime import open_runtime
-
-        runtime = open_runtime(settings.model, settings.corpus, dtype=settings.dtype, device=settings.device,
-                               progress=say)
+        runtime = open_rt()
+        _model_name(runtime, model_name, settings)
     pending: list[tuple[str, str, Trace]] = []
 
     def flush() -> None:
@@ -359,12 +402,11 @@ def run_evaluation(settings: EvalSettings, store: Any, *, runtime: Runtime | Non
         for dataset, question, arm in todo:
             _seed_everything(run_seed(settings.seed, dataset, question.id, arm))
             try:
+                # The given values as a dict, so run_question applies the model's preset and notes it.
                 trace = run_question(arm.method, question.question, runtime, variant=arm.variant,
-                                     config=arm.config, gold=gold_of(question))
-            except ExplorerError as exc:  # bad input for this question (e.g. an empty question)
-                trace = _error_trace(question, arm, runtime, exc)
-            except Exception as exc:  # noqa: BLE001  (a crash in one method must not lose the evaluation)
-                trace = _error_trace(question, arm, runtime, exc)
+                                     config=dict(arm.given), gold=gold_of(question))
+            except Exception as exc:  # a crash in one method on one question must not lose the evaluation
+                trace = _error_trace(question, arm, resolved[arm], runtime, exc)
             if trace.status != "complete":
                 result.errors += 1
                 message = f"{dataset} {question.id} {names[arm]}: {trace.error}"
@@ -392,19 +434,27 @@ def run_evaluation(settings: EvalSettings, store: Any, *, runtime: Runtime | Non
     return result
 
 
+def _model_name(runtime: Runtime, expected: str | None, settings: EvalSettings) -> str:
+    name = str(runtime.engine.fingerprint().get("name", ""))
+    if expected is not None and name != expected:
+        raise ExplorerError(f"evaluation {settings.name!r} ran on model {expected!r}, but {settings.model!r} now "
+                            f"loads {name!r}",
+                            fix="point --model at the model the evaluation used, or use a new --name")
+    return name
+
+
 def _arm_label(arm: Arm) -> str:
     """A short progress-bar name for arms of one method that differ in config (a sweep)."""
-    defaults = make_config(arm.method, {}).to_dict()
-    changed = [f"{k}={v}" for k, v in arm.config.items() if defaults.get(k) != v and k not in RESERVED_FIELDS]
+    changed = [f"{k}={v}" for k, v in sorted(arm.given.items()) if k not in RESERVED_FIELDS]
     return f"{arm.name}[{','.join(changed)}]" if changed else arm.name
 
 
 def _tally_stored(store: Any, settings: EvalSettings, questions: dict[str, list[Question]], names: dict[Arm, str],
-                  tally: _Tally) -> None:
+                  keys: dict[Arm, str], tally: _Tally) -> None:
     """Start the progress bar's running metrics from the runs a resume skips."""
-    by_key = {(a.method, a.variant, a.config_key): a for a in settings.arms}
+    by_key = {(a.method, a.variant, keys[a]): a for a in settings.arms}
     wanted = {(d, q.id) for d, qs in questions.items() for q in qs}
     for row, trace in store.traces(evaluation=settings.name):
-        arm = by_key.get((trace.method, trace.variant, json.dumps(trace.config, sort_keys=True)))
+        arm = by_key.get((trace.method, trace.variant, config_key(trace.config)))
         if arm is not None and trace.status == "complete" and (row["dataset"], row["question_id"]) in wanted:
             tally.add(names[arm], trace)
