@@ -282,3 +282,43 @@ def test_eval_and_sweep_commands_end_to_end(tmp_path: Path, capsys) -> None:
     assert (tmp_path / "sw" / "threshold.html").is_file()
     low, high = sorted(traces, key=lambda t: t.config["threshold"])
     assert low.costs.retrievals >= high.costs.retrievals == 0  # nothing scores over 50
+
+
+@pytest.mark.slow
+def test_a_killed_eval_process_keeps_its_finished_runs_and_resumes(tmp_path: Path) -> None:
+    """SIGTERM to ``python -m explorer eval`` mid-evaluation: finished runs stay, the evaluation says interrupted."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    db = tmp_path / "runs.sqlite"
+    command = [sys.executable, "-m", "explorer", "eval", "--dataset", "demo", "--methods", "wo,sr", "--limit", "3",
+               "--corpus", "demo", "--db", str(db), "--name", "k", "--batch", "1", "--quiet",
+               *[x for s in SMALL for x in ("--set", s)]]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.Popen(command, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and proc.poll() is None:
+            if db.exists() and (RunStore(db).evaluation("k") or {}).get("runs", {}).get("complete", 0) >= 2:
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None, f"the evaluation ended before it could be stopped: {proc.communicate()}"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
+    store = RunStore(db)
+    row = store.evaluation("k")
+    assert row["status"] == "interrupted" and 2 <= row["runs"].get("complete", 0) < 6
+    assert set(row["runs"]) == {"complete"} and store.integrity_check() == "ok"
+    done = row["runs"]["complete"]
+    resumed = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"{6 - done} runs made, {done} already stored" in resumed.stderr
+    assert store.evaluation("k")["status"] == "complete" and store.evaluation("k")["runs"] == {"complete": 6}

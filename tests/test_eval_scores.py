@@ -28,6 +28,10 @@ def test_yes_no_questions_are_scored_by_accuracy() -> None:
     assert (right["accuracy"], wrong["accuracy"], unclear["accuracy"]) == (1.0, 0.0, 0.0)
     assert right["em"] is None and right["f1"] is None
     assert primary_score(right) == 1.0
+    # a HotpotQA comparison question answered "yes" is scored the HotpotQA way: EM/F1, no partial credit
+    hotpot = score_trace(make_trace("wo", "yes", ["yes"], qtype="comparison"))
+    assert (hotpot["em"], hotpot["f1"], hotpot["accuracy"]) == (1.0, 1.0, None)
+    assert score_trace(make_trace("wo", "yes they are", ["yes"], qtype="comparison"))["f1"] == 0.0
 
 
 def test_gold_recall_over_every_retrieval_of_the_run() -> None:

@@ -8,7 +8,10 @@ methods or datasets to a rerun extends the same evaluation.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +47,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
+@contextmanager
+def stop_on_terminate() -> Iterator[None]:
+    """Treat SIGTERM (``kill``, a job scheduler) like Ctrl-C, so finished runs are written before the process ends."""
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def open_store(db: str | None):
     from explorer.paths import default_db_path
     from explorer.store import RunStore
@@ -75,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
                             data_dir=args.data, batch_size=args.batch)
     store = open_store(args.db)
     print(f"evaluation {name!r} in {store.path}", file=sys.stderr)
-    result = run_evaluation(settings, store, show_progress=not args.quiet)
+    with stop_on_terminate():
+        result = run_evaluation(settings, store, show_progress=not args.quiet)
     print(f"{result.ran} runs made, {result.skipped} already stored, {result.errors} failed", file=sys.stderr)
     print(summary_markdown(store, name))
     return 0

@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from explorer.commands.eval import add_run_options, check_common, open_store
+from explorer.commands.eval import add_run_options, check_common, open_store, stop_on_terminate
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -61,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
                                    "values": [a.given[args.param] for a in arms]})
     store = open_store(args.db)
     print(f"sweep {name!r} in {store.path}", file=sys.stderr)
-    result = run_evaluation(settings, store, show_progress=not args.quiet)
+    with stop_on_terminate():
+        result = run_evaluation(settings, store, show_progress=not args.quiet)
     print(f"{result.ran} runs made, {result.skipped} already stored, {result.errors} failed", file=sys.stderr)
     out = args.out or Path("reports") / _safe(name)
     for path in write_report(store, name, out):

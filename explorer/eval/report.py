@@ -278,7 +278,7 @@ def accuracy_figure(scores: EvaluationScores):
             fig.add_trace(go.Scatter(
                 x=[cell.means["retrievals"]], y=[y], mode="markers+text", text=[html.escape(label)],
                 textposition="top center", name=html.escape(label), legendgroup=label, showlegend=col == 1,
-                marker={"size": 12, "color": palette[label]},
+                marker={"size": 12, "color": palette[label]}, cliponaxis=False,
                 hovertemplate=(f"{html.escape(label)}<br>retrievals/question %{{x:.2f}}<br>"
                                f"{_score_name(scores, d)} %{{y:.3f}}<br>EM {_fmt(cell.means['em'])}"
                                f"<br>n {cell.n}<extra></extra>")), row=1, col=col)

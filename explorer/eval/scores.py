@@ -32,11 +32,12 @@ COST_METRICS = ("retrievals", "llm_calls", "forward_passes", "sampled_sequences"
 
 
 def is_yes_no(gold: dict[str, Any]) -> bool:
-    """StrategyQA-style questions are scored by yes/no accuracy instead of EM/F1."""
-    if gold.get("type") == "yesno" or gold.get("dataset") == "strategyqa":
-        return True
-    answers = gold.get("answers") or []
-    return bool(answers) and all(isinstance(a, str) and a.strip().lower() in ("yes", "no") for a in answers)
+    """StrategyQA-style questions are scored by yes/no accuracy instead of EM/F1.
+
+    Decided by the dataset, not by the answer: a HotpotQA comparison question whose answer is
+    "yes" is still scored by EM/F1, as HotpotQA's own script does.
+    """
+    return gold.get("type") == "yesno" or gold.get("dataset") == "strategyqa"
 
 
 def retrieved_ids(trace: Trace) -> list[str]:
