@@ -6,8 +6,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
+# The test suite keeps its caches (converted model, indexes) inside the checkout.
+TEST_ENV := EXPLORER_CACHE=$(CURDIR)/.cache HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
-.PHONY: install run test test-fast lint bench model browser clean
+.PHONY: install run test test-fast lint bench model test-model browser clean
 
 $(STAMP): requirements.txt requirements-dev.txt
 	python3 -m venv $(VENV)
@@ -21,28 +23,33 @@ install: $(STAMP)
 model: install
 	$(PY) -m explorer model fetch
 
+test-model: install
+	$(TEST_ENV) $(PY) -m explorer model fetch
+
 # Debian's chromium for the browser tests (never a downloaded browser build).
 browser:
 	@if [ ! -x /usr/bin/chromium ]; then \
 		if [ "$$(id -u)" = "0" ]; then (apt-get update -qq && apt-get install -y -qq chromium >/dev/null); \
-		else echo "browser tests need /usr/bin/chromium: sudo apt-get install chromium"; fi; \
+		else echo "browser tests need /usr/bin/chromium: sudo apt-get install chromium"; exit 1; fi; \
 	fi
 
 run: install model
 	$(PY) app.py
 
-test: install model browser
+test: install test-model browser
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q
+	$(TEST_ENV) $(PY) -m pytest -q
 
-test-fast: install
-	$(PY) -m pytest -q -m "not slow and not browser"
+test-fast: install test-model
+	$(TEST_ENV) $(PY) -m pytest -q -m "not slow and not browser"
 
 lint: install
 	$(PY) -m ruff check .
 
 bench: install model
-	$(PY) -m benchmarks.run_all
+	$(PY) -m benchmarks.bench_engine
+	$(PY) -m benchmarks.bench_retrieval
+	$(PY) -m benchmarks.calibrate_thresholds
 
 clean:
-	rm -rf $(VENV) .pytest_cache test-artifacts
+	rm -rf $(VENV) .pytest_cache test-artifacts .cache

@@ -27,7 +27,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or mps")
     parser.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or float16")
     parser.add_argument("--set", dest="settings", action="append", default=[], metavar="NAME=VALUE",
-                        help="a config value, e.g. --set threshold=0.3 (repeatable); see `explain`")
+                        help="a config value, e.g. --set threshold=0.3 (repeatable); "
+                             "`python -m explorer methods NAME` lists them")
     parser.add_argument("--json", type=Path, default=None, help="write the trace as JSON here")
     parser.add_argument("--db", default=None, help="also store the run in this SQLite file")
     parser.set_defaults(handler=run)

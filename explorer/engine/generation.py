@@ -59,6 +59,7 @@ class _Request:
     until: Callable[[list[TokenSignal]], bool] | None
     hidden: HiddenSpec | None
     stream: bool
+    ignore_eos: bool = False
 
 
 @dataclass
@@ -178,7 +179,7 @@ class Engine:
                  rec: TraceRecorder | None = None, sampling: Sampling | None = None,
                  stop_strings: Sequence[str] = (), attention: bool = True,
                  until: Callable[[list[TokenSignal]], bool] | None = None,
-                 hidden: HiddenSpec | None = None, stream: bool = True,
+                 hidden: HiddenSpec | None = None, stream: bool = True, ignore_eos: bool = False,
                  meta: dict[str, Any] | None = None) -> Generation:
         """Generate from ``prompt`` (plain text, no special tokens added) with per-token signals.
 
@@ -186,7 +187,8 @@ class Engine:
         sequence token, after ``max_new_tokens``, at the first ``stop_strings`` match (the match
         and what follows are dropped) or when ``until(tokens)`` returns True after a token.
         ``attention=False`` skips the attention probe (FLARE and the baselines need no amax).
-        ``hidden`` captures that layer's state at the final generated position.
+        ``hidden`` captures that layer's state at the final generated position. ``ignore_eos``
+        keeps going past end-of-sequence (benchmarks compare equal token counts with it).
         """
         if max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens must be at least 1, got {max_new_tokens}", where="max_new_tokens")
@@ -197,7 +199,7 @@ class Engine:
         with self.lock, torch.inference_mode():
             started = time.perf_counter()
             request = _Request(prompt, prompt_ids, segments, max_new_tokens, purpose, sampling, tuple(stop_strings),
-                               attention, until, hidden, stream)
+                               attention, until, hidden, stream, ignore_eos)
             gen = self._loop(request, rec)
             elapsed = time.perf_counter() - started
         if rec is not None:
@@ -255,7 +257,7 @@ class Engine:
                     chosen = int(torch.multinomial(probs.cpu(), 1, generator=generator))
                     logq = torch.log_softmax(warped, dim=-1)
                     warped_entropy = float(-(probs * logq).nan_to_num().sum())
-                if chosen in self.eos_ids:
+                if chosen in self.eos_ids and not req.ignore_eos:
                     stopped_by = "eos"
                     break
                 stats = step_stats(logits, chosen)
