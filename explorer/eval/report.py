@@ -172,7 +172,7 @@ def _settings_lines(evaluation: dict[str, Any]) -> list[str]:
     if arms:
         described = []
         for arm in arms:
-            changed = _non_default(arm.get("method", ""), arm.get("config") or {})
+            changed = _non_default(arm.get("method", ""), arm.get("config") or {}, arm.get("set"))
             text = f"{arm.get('method')} ({arm.get('variant')})"
             described.append(text + (f": {changed}" if changed else ""))
         lines.append("- methods: " + "; ".join(described))
@@ -182,14 +182,20 @@ def _settings_lines(evaluation: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _non_default(method: str, config: dict[str, Any]) -> str:
+def _non_default(method: str, config: dict[str, Any], given: dict[str, Any] | None = None) -> str:
+    """The config values that differ from the method's defaults; those the user did not set came from a preset."""
     try:
         from explorer.methods.base import make_config
 
         defaults = make_config(method, {}).to_dict()
     except Exception:  # a method this checkout does not have: show nothing rather than fail the report
         return ""
-    return ", ".join(f"{k}={v}" for k, v in sorted(config.items()) if defaults.get(k) != v)
+    parts = []
+    for k, v in sorted(config.items()):
+        if defaults.get(k) != v:
+            preset = given is not None and k not in given
+            parts.append(f"{k}={v}" + (" (model preset)" if preset else ""))
+    return ", ".join(parts)
 
 
 def _require(store: Any, name: str) -> dict[str, Any]:
