@@ -93,6 +93,8 @@ def main() -> int:
         f"- questions: first {args.questions} of {dataset}; method settings: "
         f"{' '.join(args.settings) if args.settings else 'defaults (max_length 100, 6 exemplars)'}",
         f"- load average at start: {load_start}",
+        "- GPU: " + (torch.cuda.get_device_name(0) if torch.cuda.is_available() else
+                     "none visible to this process; no GPU measurement in this file"),
     ]
     print("\n".join(header))
     rows = []
