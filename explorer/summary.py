@@ -13,15 +13,49 @@ def _short(text: str, width: int = 110) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def _num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
 def render_text(trace: Trace, *, passages: int = 3) -> str:
     model, corpus = trace.model.get("name", "?"), trace.corpus.get("name", "?")
     lines = [f"{trace.method} ({trace.variant}) · {model} · corpus {corpus} · {trace.status} · "
              f"{trace.costs.total_time:.1f} s",
              f"Question: {trace.question}"]
     queries: dict[int, str] = {}
+    also: list[str] = []  # the non-deciding uncertainty estimates of one context, shown on one line
     for e in trace.events:
         p = e.payload
-        if e.kind == "generation":
+        if e.kind == "uncertainty" and not p.get("primary", True):
+            also.append(f"{p['estimator']} {_num(p['value'])}")
+            continue
+        if also:
+            lines.append("      also: " + ", ".join(also))
+            also = []
+        if e.kind == "uncertainty":
+            extra = ""
+            if "valid" in p:
+                extra = f" from {p['valid']}/{p.get('k', '?')} samples, layer {p.get('layer')} {p.get('site')}"
+            where = f" for passage {p['passage']}" if p.get("passage") else ""
+            lines.append(f"  ~ U({p['estimator']}) of the {p.get('context', '?')} context{where} = "
+                         f"{_num(p['value'])}{extra}")
+        elif e.kind == "check" and p.get("unit") == "step":
+            unit = p["units"][0]
+            verdict = "retrieve" if p["fired"] is not None else "no retrieval"
+            lines.append(f"  {'⚑' if p['fired'] is not None else '·'} step {e.step + 1}: {p['signal']} = "
+                         f"{_num(unit['value'])} {p['compare']} δ {p['threshold']}? {verdict}")
+        elif e.kind == "trigger" and p.get("unit") == "step":
+            continue
+        elif e.kind == "rerank":
+            lines.append(f"  ⇅ re-ranked by {p.get('signal', 'signal')}:")
+            for c in p["candidates"]:
+                mark = "  ← kept" if c["id"] == p["chosen"] else ""
+                lines.append(f"      [{c['id']}] {c.get('title', '')} (search rank {c.get('rank')}, "
+                             f"score {_num(c.get('score'))}): {_num(c.get('value'))}{mark}")
+        elif e.kind == "choice":
+            shown = " | ".join(f"{o['strategy']}: {o.get('answer')!r} ({_num(o.get('value'))})" for o in p["options"])
+            lines.append(f"  ⚖ {shown} → {p['chosen']} ({p['reason']})")
+        elif e.kind == "generation":
             lines.append(f"  [{e.id}] generated ({p['purpose']}, {len(p['tokens'])} tokens, stopped by "
                          f"{p.get('stopped_by', '?')}): {_short(p['text'])!r}")
         elif e.kind == "trigger":
@@ -38,6 +72,8 @@ def render_text(trace: Trace, *, passages: int = 3) -> str:
                 lines.append(f"      {h['rank']}. [{h['id']}] {h['title']} ({h['score']:.2f}): {_short(h['text'], 70)}")
         elif e.kind == "note":
             lines.append(f"  ! {p['message']}")
+    if also:
+        lines.append("      also: " + ", ".join(also))
     lines.append("Output: " + "\n        ".join(textwrap.wrap(trace.output or "", 100)))
     lines.append(f"Answer: {trace.answer}")
     c = trace.costs

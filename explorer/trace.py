@@ -43,9 +43,13 @@ EVENT_SCHEMA: dict[str, tuple[str, ...]] = {
     # Generation resumed with passages in the prompt: ``span`` is the new generation event id,
     # ``retrieval`` the id of the retrieval event whose passages it was given.
     "continuation": ("span", "retrieval"),
-    # An uncertainty estimate (SEAKR's U and its alternatives).
-    "uncertainty": ("estimator", "value"),
-    # Passages re-ordered by a signal other than the search engine's score.
+    # An uncertainty estimate (SEAKR's U and its alternatives) of one context: ``estimator``, ``value``
+    # (None when it cannot be computed), ``context`` (step, rerank, answer-...), ``span`` (the greedy
+    # generation event of the same batch); the Gram one adds ``samples``, ``eigenvalues``, ``valid``,
+    # ``layer`` and ``site``.
+    "uncertainty": ("estimator", "value", "context"),
+    # Passages re-ordered by a signal other than the search engine's score: ``candidates`` (each with
+    # its search ``rank``/``score`` and the signal's ``value``), ``chosen`` (a passage id).
     "rerank": ("candidates", "chosen"),
     # A model-as-filter verdict over a passage set (BlendFilter).
     "filter": ("passage_ids", "kept", "raw_answer"),
@@ -56,6 +60,9 @@ EVENT_SCHEMA: dict[str, tuple[str, ...]] = {
     "classifier": ("pair", "probability", "accepted"),
     # A selection of passages and the reason for it.
     "selection": ("passage_ids", "reason"),
+    # A choice between alternative outputs (SEAKR's answer from rationales vs from passages):
+    # ``options`` (each with ``strategy``, ``answer``, ``value``), ``chosen`` (a strategy), ``reason``.
+    "choice": ("options", "chosen", "reason"),
     # The final answer: ``text`` is the full output, ``answer`` the extracted short answer.
     "answer": ("text", "answer"),
     # Free-form remark (fallbacks, degenerate cases the user should see).

@@ -119,3 +119,28 @@ def test_a_prompt_longer_than_the_context_is_refused(engine: Engine) -> None:
 
     with pytest.raises(ExplorerError, match="context holds"):
         engine.generate("word " * 3000, max_new_tokens=10)
+
+
+def test_a_cancelled_generation_keeps_its_partial_span_in_the_trace() -> None:
+    import threading
+
+    from explorer.trace import Cancelled, Trace, TraceRecorder
+
+    engine = Engine(tiny_random_model(seed=4))
+    cancel = threading.Event()
+    rec = TraceRecorder(Trace(question="q", method="wo", variant="paper", config={}, model={}), cancel=cancel)
+    seen: list[str] = []
+
+    def listener(kind: str, data: dict) -> None:
+        if kind == "token":
+            seen.append(data["text"])
+            if len(seen) == 5:
+                cancel.set()
+
+    rec.listeners.append(listener)
+    with pytest.raises(Cancelled):
+        engine.generate(PROMPT, max_new_tokens=40, rec=rec)
+    span = rec.trace.of_kind("generation")[0].payload
+    assert span["stopped_by"] == "cancelled"
+    assert [t["text"] for t in span["tokens"]] == seen
+    assert rec.costs.generated_tokens == 5 and rec.costs.llm_calls == 1

@@ -24,7 +24,7 @@ from explorer.engine.language import is_stopword
 from explorer.engine.model import LoadedModel
 from explorer.engine.signals import AmaxTracker, rind, step_stats, warp
 from explorer.errors import ConfigError, ExplorerError
-from explorer.trace import TokenSignal, TraceRecorder
+from explorer.trace import Cancelled, TokenSignal, TraceRecorder
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class _Request:
 class Generation:
     """A finished span: the tokens with their signals, the text, and why it stopped.
 
-    ``stopped_by`` is one of ``eos``, ``max_tokens``, ``stop_string`` or ``callback``.
+    ``stopped_by`` is one of ``eos``, ``max_tokens``, ``stop_string``, ``callback`` or ``cancelled``.
     ``event_id`` is the id of the trace's ``generation`` event (None without a recorder).
     """
 
@@ -204,6 +204,9 @@ class Engine:
             elapsed = time.perf_counter() - started
         if rec is not None:
             self._record(gen, rec, sampling, elapsed, meta or {})
+            if gen.stopped_by == "cancelled":
+                # The partial span is in the trace (and its costs counted) before the run unwinds.
+                raise Cancelled()
         return gen
 
     def _forward(self, ids: torch.Tensor, cache: Any, *, logits: bool = True) -> Any:
@@ -246,8 +249,9 @@ class Engine:
             forward_passes += 1
             logits = out.logits[0, -1]
             while True:
-                if rec is not None:
-                    rec.check_cancel()
+                if rec is not None and rec.cancel.is_set():
+                    stopped_by = "cancelled"
+                    break
                 if sampling is None:
                     chosen = int(torch.argmax(logits))
                     warped_entropy = None

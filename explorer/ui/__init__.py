@@ -1,0 +1,11 @@
+"""The web app (Gradio) and the views it shows, all rendered from traces.
+
+- ``app``: layout and wiring of the Run, History and help tabs; ``server``: the ``app.py`` options.
+- ``controller``: runs methods in a worker thread and streams their tokens and events; Cancel.
+- ``controls``: parameter controls from each config's ``describe()``; ``questions``: question sources.
+- ``view``: a read-only index over one trace; ``panels/``: one module per panel; ``render``: panels
+  composed into one run, runs side by side, a live run; ``html``: escaping and chart embedding.
+- ``viewblock``: a stored-run view with its what-if controls; ``history``/``history_tab``: stored runs.
+- ``report``: the offline HTML report and the other exports; ``api``: ``/run`` and ``/fetch_run``.
+Styles and the chart script live in ``assets/``.
+"""

@@ -1,0 +1,397 @@
+"""k sampled continuations of one prompt in one batched loop, each with the hidden state at its end.
+
+SEAKR's uncertainty needs, for one context, k sampled continuations and one hidden state per
+continuation; its authors get them from a patched vLLM in one batched call. Here the prompt is
+pre-filled ONCE with batch size 1, its KV cache is repeated to one row per sample
+(``DynamicCache.batch_repeat_interleave``), and all rows then advance together, one token per
+forward pass. Rows stop on their own (end-of-sequence, a stop string, the end of a sentence, the
+token limit); a finished row leaves the batch (``batch_select_indices``), so late steps get cheaper.
+
+Where "the end" is. The paper reads the hidden state of the ⟨EOS⟩ token and argues that "⟨EOS⟩
+attends to all previous tokens", which only an input position does; the authors' vLLM patch
+makes that concrete: when a sequence stops for ANY reason, its final sampled token is replaced by
+EOS, the sequence runs one more step so EOS is fed to the model, and the hidden state of that
+pass is kept. This loop does the same: the end state of a sample is the chosen layer's state at
+the position of an EOS token fed right after the sample's KEPT tokens, i.e. the last token the
+model is fed for that row, computed over exactly ``prompt + kept tokens + [EOS]``. Tokens a stop
+string made us cut after they had been fed are masked out of that row's attention, and the EOS
+gets the position id right after the last kept token, so the state equals that of one forward
+pass over ``prompt + sample + EOS`` (tests check this against ``output_hidden_states``). One
+deviation from the patch: a sample cut by the token limit keeps all its tokens and EOS follows
+them (the patch overwrote the last token with EOS).
+
+Sampling draws from the RAW next-token distribution warped by temperature, top-k and top-p
+(:func:`explorer.engine.signals.warp`, applied to the top-k candidates only, which is the same
+distribution without sorting the whole vocabulary). Each row has its own seeded generator, so a
+sample depends only on (seed, row) and not on how many other rows there are. Optionally one extra
+row decodes greedily (SEAKR's pseudo-generation), sharing the same prefill and passes.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from explorer.engine.generation import Detokenizer, Engine, Generation, PromptLike, Sampling, _drop_after
+from explorer.engine.hidden import HiddenCapture, HiddenSpec
+from explorer.engine.language import is_stopword
+from explorer.engine.signals import step_stats, warp
+from explorer.errors import ConfigError, ExplorerError, ModelError
+from explorer.trace import TokenSignal, TraceRecorder
+
+#: A sentence ends at . ! or ? (with closing quotes/brackets) followed by whitespace, but not after
+#: a single capital letter ("J. R. R."), so initials do not end a reasoning step.
+_SENTENCE_END = re.compile(r"(?<!\b[A-Z])[.!?][\"'”’)\]]*(?=\s)")
+
+
+@dataclass
+class Sample:
+    """One sampled continuation: its kept tokens, their signals, why it stopped and its end state.
+
+    ``logprobs``, ``entropies`` and ``energies`` are per kept token and read from the RAW
+    distribution the token was drawn from (log p of the token, Shannon entropy, logsumexp of
+    the logits). ``hidden`` is the end state described in the module docstring.
+    """
+
+    row: int
+    ids: list[int]
+    text: str
+    stopped_by: str
+    logprobs: list[float]
+    entropies: list[float]
+    energies: list[float]
+    hidden: torch.Tensor | None = None
+
+
+@dataclass
+class SampleBatch:
+    """What one batched sampling call produced.
+
+    ``samples`` holds the non-empty samples in row order; ``empty`` counts the rows dropped
+    because they produced no text (an immediate EOS or stop string). ``greedy`` is the greedy
+    row's span when one was asked for, with ``greedy_energies`` per token.
+    """
+
+    prompt: str
+    prompt_ids: list[int]
+    segments: list[tuple[str, int, int]]
+    k: int
+    seed: int
+    samples: list[Sample]
+    empty: int
+    greedy: Generation | None
+    greedy_energies: list[float]
+    layer: int | None
+    site: str | None
+    forward_passes: int
+    seconds: float
+    event_id: int | None = None
+
+
+@dataclass
+class _Row:
+    """Book-keeping of one row while the batch runs."""
+
+    row: int  # sample index; -1 for the greedy row
+    generator: torch.Generator | None
+    detok: Detokenizer
+    ids: list[int] = field(default_factory=list)
+    pieces: list[str] = field(default_factory=list)
+    tokens: list[TokenSignal] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    entropies: list[float] = field(default_factory=list)
+    energies: list[float] = field(default_factory=list)
+    fed: int = 0  # generated tokens fed so far (the row's t-th feed sits at cache column prompt_len + t)
+    position: int = 0  # position id of the next token fed
+    pending: list[int] | None = None  # tokens still to feed after the row stopped; None while it samples
+    kept: int = 0
+    text: str = ""
+    stopped_by: str = ""
+    hidden: torch.Tensor | None = None
+    done: bool = False
+    feeding_end: bool = False
+
+    @property
+    def greedy(self) -> bool:
+        return self.generator is None
+
+
+def row_seed(seed: int, row: int) -> int:
+    """The seed of row ``row``: distinct for every (seed, row) with row < 1,000,003."""
+    return (int(seed) * 1_000_003 + row) % (2**63)
+
+
+def sample(engine: Engine, prompt: PromptLike, *, k: int, max_new_tokens: int, sampling: Sampling | None = None,
+           stop_strings: Sequence[str] = (), sentence_end: bool = False, hidden: HiddenSpec | None = None,
+           greedy: bool = False, rec: TraceRecorder | None = None, purpose: str = "samples",
+           meta: dict[str, Any] | None = None) -> SampleBatch:
+    """Sample ``k`` continuations of ``prompt`` in one batched loop (plus a greedy row if ``greedy``).
+
+    Each row stops at an end-of-sequence token, at the first ``stop_strings`` match (the match
+    and what follows are dropped), at the end of its first sentence when ``sentence_end`` (the
+    punctuation is kept), or after ``max_new_tokens``. With ``hidden`` every sample gets the end
+    state of that layer and site. With ``rec`` the call counts as ONE LLM call, ``k`` sampled
+    sequences and its forward passes, and the greedy row (if any) is written as a ``generation``
+    event.
+    """
+    if k < 1:
+        raise ConfigError(f"k must be at least 1, got {k}", where="k", fix="sample at least one continuation")
+    if max_new_tokens < 1:
+        raise ConfigError(f"max_new_tokens must be at least 1, got {max_new_tokens}", where="max_new_tokens")
+    sampling = sampling or Sampling()
+    text, prompt_ids, segments = engine.encode_segments(prompt)
+    if not prompt_ids:
+        raise ExplorerError("the prompt is empty", where="prompt", fix="give the model some text to continue")
+    engine.check_fits(len(prompt_ids), max_new_tokens + 2)
+    loop = _Loop(engine, prompt_ids, k, max_new_tokens, sampling, tuple(s for s in stop_strings if s),
+                 sentence_end, hidden, greedy, rec, purpose)
+    with engine.lock, torch.inference_mode():
+        started = time.perf_counter()
+        loop.run()
+        seconds = time.perf_counter() - started
+    batch = loop.result(text, segments, seconds)
+    if rec is not None:
+        _record(batch, loop, rec, meta or {})
+    return batch
+
+
+class _Loop:
+    def __init__(self, engine: Engine, prompt_ids: list[int], k: int, max_new: int, sampling: Sampling,
+                 stop_strings: tuple[str, ...], sentence_end: bool, hidden: HiddenSpec | None, greedy: bool,
+                 rec: TraceRecorder | None, purpose: str) -> None:
+        self.engine, self.prompt_ids, self.k, self.max_new = engine, prompt_ids, k, max_new
+        self.sampling, self.stop_strings, self.sentence_end = sampling, stop_strings, sentence_end
+        self.hidden, self.rec, self.purpose = hidden, rec, purpose
+        self.end_token = _end_token(engine)
+        p = len(prompt_ids)
+        rows = [_Row(-1, None, Detokenizer(engine), position=p)] if greedy else []
+        for i in range(k):
+            gen = torch.Generator(device="cpu").manual_seed(row_seed(sampling.seed, i))
+            rows.append(_Row(i, gen, Detokenizer(engine), position=p))
+        self.rows = rows
+        self.forward_passes = 0
+        self.layer: int | None = None
+        self.site: str | None = None
+        self._positions = "position_ids" in inspect.signature(engine.model.forward).parameters
+
+    # -- the loop ---------------------------------------------------------------------------------
+    def run(self) -> None:
+        engine, model, device = self.engine, self.engine.model, self.engine.device
+        p = len(self.prompt_ids)
+        cache = engine._new_cache()
+        out = model(input_ids=torch.tensor([self.prompt_ids], device=device), past_key_values=cache,
+                    use_cache=True, logits_to_keep=1)
+        self.forward_passes += 1
+        batch = list(self.rows)
+        if len(batch) > 1:
+            cache.batch_repeat_interleave(len(batch))
+        logits = out.logits[:, -1].expand(len(batch), -1)
+        mask = torch.ones(len(batch), p, dtype=torch.long, device=device)
+        capture = HiddenCapture(model, self.hidden) if self.hidden is not None else None
+        if capture is not None:
+            self.layer, self.site = capture.layer_index, capture.site
+            capture.__enter__()
+        try:
+            while batch:
+                if self.rec is not None:
+                    self.rec.check_cancel()
+                self._choose(batch, logits, mask)
+                keep = [i for i, r in enumerate(batch) if not r.done]
+                if not keep:
+                    break
+                if len(keep) < len(batch):
+                    index = torch.tensor(keep, device=device)
+                    cache.batch_select_indices(index)
+                    mask = mask[index]
+                    batch = [batch[i] for i in keep]
+                inputs, positions = [], []
+                for r in batch:
+                    if r.pending is None:
+                        token = r.ids[-1]
+                    else:
+                        token = r.pending.pop(0)
+                        r.feeding_end = not r.pending
+                    inputs.append(token)
+                    positions.append(r.position)
+                    r.position += 1
+                    r.fed += 1
+                mask = torch.cat([mask, torch.ones(len(batch), 1, dtype=mask.dtype, device=device)], dim=1)
+                kwargs: dict[str, Any] = {"input_ids": torch.tensor(inputs, device=device)[:, None],
+                                          "attention_mask": mask, "past_key_values": cache, "use_cache": True,
+                                          "logits_to_keep": 1}
+                if self._positions:
+                    kwargs["position_ids"] = torch.tensor(positions, device=device)[:, None]
+                out = model(**kwargs)
+                self.forward_passes += 1
+                logits = out.logits[:, -1]
+                for i, r in enumerate(batch):
+                    if r.feeding_end:
+                        if capture is not None and capture.last is not None:
+                            r.hidden = capture.last[i, -1].clone()
+                        r.done = True
+        finally:
+            if capture is not None:
+                capture.__exit__(None, None, None)
+
+    def _choose(self, batch: list[_Row], logits: torch.Tensor, mask: torch.Tensor) -> None:
+        """Pick the next token of every row still sampling, record its signals, and apply stop rules."""
+        live = [i for i, r in enumerate(batch) if r.pending is None and not r.done]
+        if not live:
+            return
+        raw = logits[live].float()
+        logp = torch.log_softmax(raw, dim=-1)
+        chosen = self._draw(raw, [batch[i] for i in live])
+        # One transfer per step for the three per-row signals (a device sync each on a GPU otherwise).
+        entropy, energy, picked = torch.stack([
+            -(logp.exp() * logp).nan_to_num().sum(dim=-1),
+            torch.logsumexp(raw, dim=-1),
+            logp.gather(1, torch.tensor(chosen, device=raw.device)[:, None])[:, 0],
+        ]).tolist()
+        for j, i in enumerate(live):
+            r, token = batch[i], chosen[j]
+            if token in self.engine.eos_ids:
+                self._stop(r, "eos", len(r.ids), mask, i)
+                continue
+            r.ids.append(token)
+            r.logprobs.append(picked[j])
+            r.entropies.append(entropy[j])
+            r.energies.append(energy[j])
+            piece = r.detok.push(token)
+            r.pieces.append(piece)
+            if r.greedy:
+                stats = step_stats(raw[j], token)
+                top = [(self.engine.decode([t]), pr) for t, pr in zip(stats.top_ids, stats.top_probs, strict=True)]
+                signal = TokenSignal(id=token, text=piece, prob=stats.prob, entropy=stats.entropy, top=top,
+                                     content=not is_stopword(piece), logprob=stats.logprob)
+                r.tokens.append(signal)
+                if self.rec is not None:
+                    self.rec.token(self.purpose, signal)
+            cut = text_end(r.detok.text, self.stop_strings, self.sentence_end)
+            if cut is not None:
+                self._stop(r, cut[1], _kept_tokens(r.pieces, cut[0]), mask, i, text=r.detok.text[:cut[0]])
+            elif len(r.ids) >= self.max_new:
+                self._stop(r, "max_tokens", len(r.ids), mask, i)
+
+    def _draw(self, raw: torch.Tensor, rows: list[_Row]) -> list[int]:
+        s = self.sampling
+        sampled = [j for j, r in enumerate(rows) if not r.greedy]
+        out = [int(torch.argmax(raw[j])) if r.greedy else -1 for j, r in enumerate(rows)]
+        if not sampled:
+            return out
+        x = raw[sampled]
+        top_k = s.top_k if s.top_k and 0 < s.top_k < x.shape[-1] else None
+        if top_k is not None:
+            values, index = torch.topk(x, top_k, dim=-1)
+        else:
+            values, index = x, None
+        probs = torch.softmax(warp(values, s.temperature, None, s.top_p), dim=-1).cpu()
+        index = index.cpu() if index is not None else None
+        for n, j in enumerate(sampled):
+            c = int(torch.multinomial(probs[n], 1, generator=rows[j].generator))
+            out[j] = int(index[n, c]) if index is not None else c
+        return out
+
+    def _stop(self, r: _Row, reason: str, kept: int, mask: torch.Tensor, index: int, text: str | None = None) -> None:
+        """End a row: fix its kept tokens, mask any cut token already fed, and queue the EOS to feed.
+
+        ``index`` is the row's place in the current batch (the row of ``mask`` and of the cache).
+        """
+        p = len(self.prompt_ids)
+        r.stopped_by, r.kept = reason, kept
+        r.text = r.detok.text if text is None else text
+        fed_kept = min(r.fed, kept)
+        if r.fed > kept:  # cut tokens were already fed: hide them from this row's later positions
+            mask[index, p + kept:p + r.fed] = 0
+        r.position = p + fed_kept
+        if r.greedy or not r.text.strip() or self.hidden is None:
+            r.done = True
+            return
+        r.pending = r.ids[fed_kept:kept] + [self.end_token]
+
+    # -- results ----------------------------------------------------------------------------------
+    def result(self, prompt: str, segments: list[tuple[str, int, int]], seconds: float) -> SampleBatch:
+        samples, empty = [], 0
+        greedy: Generation | None = None
+        greedy_energies: list[float] = []
+        for r in self.rows:
+            if not r.stopped_by:  # cannot happen: every row ends by a stop rule
+                r.stopped_by, r.kept, r.text = "max_tokens", len(r.ids), r.detok.text
+            ids = r.ids[:r.kept]
+            if r.greedy:
+                tokens, ids = _drop_after(r.tokens[:r.kept], ids, len(r.text))
+                greedy = Generation(purpose=self.purpose, prompt=prompt, prompt_ids=self.prompt_ids,
+                                    segments=segments, ids=ids, tokens=tokens, text="".join(t.text for t in tokens),
+                                    stopped_by=r.stopped_by)
+                greedy_energies = r.energies[:len(ids)]
+                continue
+            if not r.text.strip():
+                empty += 1
+                continue
+            n = len(ids)
+            samples.append(Sample(row=r.row, ids=ids, text=r.text, stopped_by=r.stopped_by, logprobs=r.logprobs[:n],
+                                  entropies=r.entropies[:n], energies=r.energies[:n], hidden=r.hidden))
+        return SampleBatch(prompt=prompt, prompt_ids=self.prompt_ids, segments=segments, k=self.k,
+                           seed=self.sampling.seed, samples=samples, empty=empty, greedy=greedy,
+                           greedy_energies=greedy_energies, layer=self.layer, site=self.site,
+                           forward_passes=self.forward_passes, seconds=seconds)
+
+
+def text_end(text: str, stop_strings: Sequence[str], sentence_end: bool) -> tuple[int, str] | None:
+    """Where a row's text ends (character offset) and why, or None while it goes on.
+
+    A stop string ends the text right before it; a sentence end (``sentence_end``) right after
+    its punctuation, and only once the sentence has some text.
+    """
+    hits = [(i, "stop_string") for s in stop_strings if s and (i := text.find(s)) >= 0]
+    if sentence_end:
+        m = _SENTENCE_END.search(text)
+        if m is not None and text[:m.start()].strip():
+            hits.append((m.end(), "sentence_end"))
+    return min(hits) if hits else None
+
+
+def _kept_tokens(pieces: list[str], cut: int) -> int:
+    """How many tokens start before character ``cut`` (a token straddling the cut is kept)."""
+    pos, count = 0, 0
+    for piece in pieces:
+        if pos >= cut:
+            break
+        count += 1
+        pos += len(piece)
+    return count
+
+
+def _end_token(engine: Engine) -> int:
+    eos = engine.tokenizer.eos_token_id
+    if eos is None and engine.eos_ids:
+        eos = min(engine.eos_ids)
+    if eos is None:
+        raise ModelError("the model has no end-of-sequence token, so samples have no end state to read",
+                         fix="use a model whose tokenizer or generation config defines eos_token_id")
+    return int(eos)
+
+
+def _record(batch: SampleBatch, loop: _Loop, rec: TraceRecorder, meta: dict[str, Any]) -> None:
+    """One LLM call, k sampled sequences, its passes and tokens; the greedy row as a generation event."""
+    costs = rec.costs
+    costs.llm_calls += 1
+    costs.sampled_sequences += batch.k
+    costs.forward_passes += batch.forward_passes
+    costs.prompt_tokens += len(batch.prompt_ids)
+    costs.generated_tokens += sum(len(r.ids) for r in loop.rows)
+    costs.wall_time["sampling"] = costs.wall_time.get("sampling", 0.0) + batch.seconds
+    gen = batch.greedy
+    if gen is not None:
+        event = rec.add("generation", purpose=gen.purpose, text=gen.text, tokens=[t.to_dict() for t in gen.tokens],
+                        prompt=gen.prompt, prompt_tokens=len(gen.prompt_ids),
+                        prompt_segments=[list(s) for s in gen.segments], stopped_by=gen.stopped_by,
+                        decoding="greedy", batch={"k": batch.k, "seed": batch.seed},
+                        seconds=round(batch.seconds, 4), **meta)
+        gen.event_id = event.id
+        batch.event_id = event.id

@@ -1,0 +1,184 @@
+"""SEAKR: retrieve when the model's own hidden states disagree, keep the passage that makes them agree.
+
+Per reasoning step the context (exemplars, question, the rationales so far) gets an uncertainty
+U(c) from k sampled continuations (:mod:`explorer.engine.uncertainty`); the same batched call
+decodes the greedy pseudo-rationale. U ≤ δ: the pseudo-rationale is the step. U > δ: the sure
+words of the pseudo-rationale become the query, each of the N passages found is tried as
+knowledge evidence, and the one whose context has the LOWEST U is kept; the greedy rationale of
+that context is the step. The loop ends at the answer phrase, after ``max_steps`` steps or
+``max_docs`` kept passages. Then the question is answered twice, from the rationales and from all
+kept passages with chain-of-thought, and the answer whose context is less uncertain wins.
+
+The paper's schematic cue "For question: [q] Next Rationale:" is realised in the shared prompt
+format, which is also what its appendix B shows: "Question: q / Answer:" followed by the
+rationales so far, so the sentence the model writes next is the next rationale; passages appear
+as the numbered context block ("Answer in the same format as before."). Variants:
+
+* ``paper``: a step's context holds the question and rationales only; a candidate passage is the
+  one piece of knowledge evidence in its re-ranking context (section 3).
+* ``reference`` (the authors' code): every context also carries all passages kept so far, and a
+  retrieval that brings no new passage (or repeats an earlier query) ends the reasoning, where the
+  paper variant goes on with the pseudo-rationale.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+from explorer.config import param
+from explorer.engine.generation import Generation, Sampling
+from explorer.engine.hidden import SITES, HiddenSpec
+from explorer.engine.uncertainty import ESTIMATORS, Measurement, measure
+from explorer.methods import common, prompts, seakr_answer
+from explorer.methods.base import Method, register
+from explorer.methods.seakr_query import build_query
+from explorer.retrieval.base import Hit
+from explorer.trace import TraceRecorder
+
+#: A step is one sentence: it ends at the sentence's end, a newline, or the start of a new exemplar.
+STEP_STOPS = ("\n", *prompts.STOP_STRINGS)
+
+
+@dataclass
+class SeakrConfig(common.BaseConfig):
+    k: int = param(20, lo=2, hi=64, help="samples per uncertainty estimate (paper: 20; its search favoured 10-25)")
+    temperature: float = param(1.0, lo=0.05, hi=5.0, help="sampling temperature of the k samples (paper: 1.0)")
+    sample_top_k: int = param(50, lo=0, hi=1_000_000, help="top-k of the sampler, 0 = off (paper: 50)")
+    sample_top_p: float = param(0.9, lo=0.0, hi=1.0, help="nucleus mass of the sampler, 1 = off (paper: 0.9)")
+    alpha: float = param(1e-3, lo=1e-9, hi=10.0, help="α added to the Gram matrix's diagonal (paper: 1e-3)")
+    delta: float = param(-6.0, lo=-1e6, hi=1e6,
+                         help="δ: retrieve when U(c) > δ (paper: -6.0 for the Gram score of Llama-2-7B; other "
+                              "models and estimators live on other scales, so sweep it)")
+    estimator: str = param("gram", choices=ESTIMATORS, help="the estimator that decides (gram is SEAKR's; the "
+                                                            "others are the paper's ablations)")
+    compare_estimators: bool = param(True, help="also compute the sample-based alternatives beside it (free: they "
+                                                "read the same samples)")
+    self_check: bool = param(False, help="also ask the model whether it knows enough (the prompting estimator; "
+                                         "one more forward pass per context)")
+    layer: int | None = param(None, lo=-1024, hi=1024, help="hidden-state layer; empty = the middle layer L // 2 "
+                                                            "(the reference: 15 of 32)")
+    site: str = param("mlp", choices=SITES, help="mlp = the layer's MLP output before the residual add (the "
+                                                 "reference's choice); residual = the layer's output")
+    candidates: int = param(3, lo=1, hi=20, help="N: passages retrieved and re-ranked by U per retrieval (paper: 3)")
+    max_steps: int = param(7, lo=1, hi=32, help="most reasoning steps (the reference: 7)")
+    max_docs: int = param(5, lo=1, hi=32, help="most passages kept (the reference: 5)")
+    query_threshold: float = param(0.1, lo=0.0, hi=1.0, help="a pseudo-rationale word stays in the query when every "
+                                                             "token's 1 - p is at most this (reference: 0.1)")
+    step_tokens: int = param(48, lo=4, hi=256, help="most tokens of one rationale step and of its samples")
+    seed: int = param(0, lo=0, hi=2**31 - 1, help="sampling seed; a context's samples depend on it and the context")
+
+
+@register
+class Seakr(Method):
+    name = "seakr"
+    title = "SEAKR (self-aware retrieval from hidden-state consistency)"
+    variants = ("paper", "reference")
+    Config = SeakrConfig
+
+    def run(self, question: str, rec: TraceRecorder) -> None:
+        cfg = self.config
+        shots = common.shots(cfg, question)
+        rationales: list[str] = []
+        knowledge: list[Hit] = []
+        searched: set[str] = set()
+        for step in range(cfg.max_steps):
+            rec.step = step
+            m = self.uncertainty(rec, self.context(question, shots, rationales, self.evidence(knowledge)),
+                                 purpose="pseudo", context="step", max_new_tokens=cfg.step_tokens, stops=STEP_STOPS,
+                                 sentence_end=True)
+            gen = m.greedy
+            if self._check(rec, m):
+                found = self._retrieve(rec, question, shots, rationales, knowledge, m, searched)
+                if found is not None:
+                    knowledge.append(found[0])
+                    gen = found[1]
+                elif self.variant == "reference":
+                    rec.add("note", message="no new passage for this step; the reference ends the reasoning here")
+                    break
+            rationale = gen.text.strip()
+            if not rationale or rationale in rationales:
+                rec.add("note", message="the next step is empty or repeats an earlier one; reasoning stops here")
+                break
+            rationales.append(rationale)
+            if prompts.has_answer(rationale) or len(knowledge) >= cfg.max_docs:
+                break
+        seakr_answer.conclude(self, rec, question, shots, rationales, knowledge)
+
+    # -- shared pieces (also used by seakr_answer) ------------------------------------------------
+    def evidence(self, knowledge: list[Hit]) -> list[Hit]:
+        """Passages every step context carries: none in the paper's template, all kept ones in the reference."""
+        return list(knowledge) if self.variant == "reference" else []
+
+    @staticmethod
+    def context(question: str, shots: str, rationales: list[str], hits: list[Hit],
+                tail: str = "") -> prompts.Segments:
+        """Exemplars, the passages as knowledge evidence, the question, the rationales so far (and ``tail``)."""
+        so_far = prompts.join_text(*rationales, tail)
+        return prompts.build_prompt(question, shots=shots, hits=hits, answer_so_far=so_far)
+
+    def uncertainty(self, rec: TraceRecorder, segments: prompts.Segments, *, purpose: str, context: str,
+                    max_new_tokens: int, stops: tuple[str, ...], sentence_end: bool,
+                    meta: dict[str, Any] | None = None) -> Measurement:
+        """U(c) of one context with the configured sampler, layer and estimators (seeded by the context)."""
+        cfg = self.config
+        text = "".join(t for _, t in segments)
+        seed = (cfg.seed * 1_000_033 + zlib.crc32(text.encode("utf-8"))) % (2**31)
+        others = [e for e in ESTIMATORS if e != "prompting"] if cfg.compare_estimators else []
+        if cfg.self_check:
+            others.append("prompting")
+        sampling = Sampling(temperature=cfg.temperature, top_k=cfg.sample_top_k or None,
+                            top_p=cfg.sample_top_p if cfg.sample_top_p < 1.0 else None, seed=seed)
+        return measure(self.engine, segments, k=cfg.k, max_new_tokens=max_new_tokens, sampling=sampling,
+                       hidden=HiddenSpec(cfg.layer, cfg.site), alpha=cfg.alpha, primary=cfg.estimator,
+                       estimators=others, stop_strings=stops, sentence_end=sentence_end, rec=rec, purpose=purpose,
+                       context=context, meta=meta)
+
+    # -- self-aware retrieval and re-ranking --------------------------------------------------------
+    def _check(self, rec: TraceRecorder, m: Measurement) -> bool:
+        cfg, u = self.config, m.value
+        fired = u is not None and u > cfg.delta
+        unit = {"text": m.greedy.text, "value": u, "eligible": u is not None,
+                "estimates": {n: e.value for n, e in m.estimates.items()},
+                "uncertainty_event": m.event_ids.get(cfg.estimator)}
+        common.check(rec, span=m.batch.event_id, signal=f"U({cfg.estimator})", threshold=cfg.delta, compare=">",
+                     units=[unit], fired=0 if fired else None, unit="step",
+                     rule="retrieve before this step when the uncertainty U(c) of its context exceeds δ")
+        if fired:
+            rec.add("trigger", span=m.batch.event_id, token_index=0, signal=f"U({cfg.estimator})", value=u,
+                    threshold=cfg.delta, token=m.greedy.text, unit="step")
+        return fired
+
+    def _retrieve(self, rec: TraceRecorder, question: str, shots: str, rationales: list[str], knowledge: list[Hit],
+                  m: Measurement, searched: set[str]) -> tuple[Hit, Generation] | None:
+        cfg = self.config
+        query = build_query(m.greedy, question, rationales[-1] if rationales else "", cfg.query_threshold)
+        if self.variant == "reference" and query.text in searched:
+            rec.add("note", message=f"the query {query.text!r} was searched before")
+            return None
+        searched.add(query.text)
+        hits, retrieval = common.search(rec, self.retriever, query.text, cfg.candidates, source="pseudo-rationale",
+                                        pseudo=m.greedy.text, **query.details())
+        held = {h.passage.id for h in knowledge}
+        fresh = [h for h in hits if h.passage.id not in held]
+        if not fresh:
+            if hits:
+                rec.add("note", message="every passage found is already kept; the step goes on without new knowledge")
+            return None
+        tried: list[tuple[Hit, Measurement]] = []
+        for hit in fresh:
+            segments = self.context(question, shots, rationales, [*self.evidence(knowledge), hit])
+            tried.append((hit, self.uncertainty(rec, segments, purpose="rerank", context="rerank",
+                                                max_new_tokens=cfg.step_tokens, stops=STEP_STOPS, sentence_end=True,
+                                                meta={"passage": hit.passage.id, "retrieval": retrieval})))
+        # Lowest U first; a candidate without a score or whose rationale is empty comes last.
+        best_hit, best = min(tried, key=lambda t: (t[1].value is None or not t[1].greedy.text.strip(),
+                                                   t[1].value if t[1].value is not None else 0.0, t[0].rank))
+        rec.add("rerank", retrieval=retrieval, signal=f"U({cfg.estimator})", chosen=best_hit.passage.id,
+                candidates=[{"id": h.passage.id, "title": h.passage.title, "rank": h.rank, "score": h.score,
+                             "value": mh.value, "rationale": mh.greedy.text, "span": mh.batch.event_id,
+                             "uncertainty_event": mh.event_ids.get(cfg.estimator)} for h, mh in tried],
+                skipped=[h.passage.id for h in hits if h.passage.id in held])
+        common.continuation(rec, best.greedy, retrieval)
+        return best_hit, best.greedy

@@ -1,0 +1,230 @@
+"""The web app's layout: the Run tab (question, methods, parameters, streamed view), History, help.
+
+:func:`build_app` wires the pieces: question sources (:mod:`~explorer.ui.questions`), parameter
+controls built from each config (:mod:`~explorer.ui.controls`), the streaming run controller
+(:mod:`~explorer.ui.controller`), the stored-run views (:mod:`~explorer.ui.viewblock`), the
+History tab (:mod:`~explorer.ui.history_tab`) and the scripting API (:mod:`~explorer.ui.api`).
+Model runs share one queue slot (``concurrency_id="model"``), so concurrent users wait their
+turn instead of interleaving on one model.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+import gradio as gr  # noqa: E402  (analytics must be off before gradio is imported)
+
+from explorer.errors import ExplorerError  # noqa: E402
+from explorer.paths import ASSETS_DIR  # noqa: E402
+from explorer.store import RunStore  # noqa: E402
+from explorer.ui import api, controls, history_tab, questions, viewblock  # noqa: E402
+from explorer.ui.controller import RunController, RuntimeHolder, status_html  # noqa: E402
+from explorer.ui.history import Exports, TraceCache  # noqa: E402
+from explorer.ui.html import esc  # noqa: E402
+from explorer.ui.report import EXPLORER_JS, PLOTLY_JS  # noqa: E402
+
+log = logging.getLogger("explorer.ui")
+
+MODEL_QUEUE = "model"
+HELP = (ASSETS_DIR / "help.md")
+
+
+@dataclass
+class AppSettings:
+    db: Path
+    model: str = "embedded"
+    corpus: str = "demo"
+    preload: bool = True
+
+
+def head_html() -> str:
+    """Scripts every view needs, served by the app itself from the installed packages (no CDN)."""
+    gr.set_static_paths([PLOTLY_JS, EXPLORER_JS])
+    return (f'<script src="gradio_api/file={PLOTLY_JS}"></script>'
+            f'<script src="gradio_api/file={EXPLORER_JS}"></script>')
+
+
+def _note(text: str) -> str:
+    return f'<div class="dre-root dre-note">{esc(text)}</div>' if text else ""
+
+
+def css_paths() -> list[Path]:
+    return [ASSETS_DIR / "explorer.css", ASSETS_DIR / "app.css"]
+
+
+def _method_settings(methods: list[str], model: str) -> tuple[dict[str, Any], dict[tuple[str, str], Any]]:
+    """One tab per method: its variant and every quick parameter, from its config's description.
+
+    Controls start at the loaded model's preset where one exists (shown in the help line), and
+    switching the variant moves preset-bearing controls to that variant's value.
+    """
+    variant_inputs: dict[str, Any] = {}
+    param_inputs: dict[tuple[str, str], Any] = {}
+    with gr.Tabs(elem_id="method-settings"):
+        for method in methods:
+            with gr.Tab(method, id=f"settings-{method}", elem_id=f"settings-{method}"):
+                gr.Markdown(f"**{controls.method_label(method)}**")
+                choices = list(controls.variants(method))
+                variant_inputs[method] = gr.Radio(choices, value=choices[0], label="variant",
+                                                  elem_id=f"variant-{method}", visible=len(choices) > 1)
+                preset_bearing = []
+                with gr.Row():
+                    for p in controls.params(method):
+                        value = controls.shown_default(p, choices[0], model)
+                        note = controls.preset_note(p, choices[0], model)
+                        info = p.info + (f" · {note}" if note else "")
+                        if p.type == "bool":
+                            comp = gr.Checkbox(value=bool(value), label=p.name, info=info, elem_id=p.elem_id)
+                        elif p.choices:
+                            comp = gr.Dropdown(list(p.choices), value=value, label=p.name, info=info,
+                                               elem_id=p.elem_id)
+                        elif p.type in ("int", "float"):
+                            comp = gr.Number(value=value, label=p.name, info=info, elem_id=p.elem_id,
+                                             step=1 if p.type == "int" else 0.01, min_width=180)
+                        else:
+                            comp = gr.Textbox(value=str(value), label=p.name, info=info, elem_id=p.elem_id)
+                        param_inputs[(method, p.name)] = comp
+                        if any(controls.preset_note(p, v, model) for v in choices):
+                            preset_bearing.append((p, comp))
+                if preset_bearing:
+                    def on_variant(variant: str, bearing=tuple(preset_bearing)) -> list[Any]:
+                        return [gr.update(value=controls.shown_default(p, variant, model),
+                                          info=p.info + (f" · {n}" if (n := controls.preset_note(p, variant, model))
+                                                         else "")) for p, _ in bearing]
+
+                    variant_inputs[method].change(on_variant, variant_inputs[method], [c for _, c in preset_bearing],
+                                                  api_visibility="private", queue=False)
+    return variant_inputs, param_inputs
+
+
+def build_app(settings: AppSettings) -> gr.Blocks:
+    store = RunStore(settings.db)
+    from explorer.runtime import open_runtime
+
+    holder = RuntimeHolder(lambda: open_runtime(settings.model, settings.corpus),
+                           describe=f"model {settings.model}, corpus {settings.corpus}")
+    if settings.preload:
+        holder.start()
+    controller = RunController(store, holder)
+    cache = TraceCache(store)
+    exports = Exports()
+    methods = controls.method_names()
+    model_name = controls.model_name(settings.model)
+    head = head_html()
+
+    with gr.Blocks(title="Dynamic RAG Explorer", analytics_enabled=False) as demo:
+        gr.HTML('<div class="dre-apphead"><b>Dynamic RAG Explorer</b> · see why a language model retrieves when '
+                "it does</div>", elem_id="app-title", js_on_load=None)
+        model_status = gr.HTML(_note(holder.status()), elem_id="model-status", js_on_load=None)
+        with gr.Tabs(elem_id="tabs"):
+            with gr.Tab("Run", id="run", elem_id="tab-run"):
+                with gr.Row():
+                    with gr.Column(scale=3):
+                        source = gr.Dropdown(questions.sources(), value=questions.DEMO, label="Question source",
+                                             elem_id="question-source")
+                        note = questions.data_note()
+                        data_note = gr.HTML(_note(note), visible=bool(note), elem_id="data-note", js_on_load=None)
+                        picked = gr.Dropdown(questions.choices(questions.DEMO), value=None, label="Pick a question",
+                                             elem_id="question-pick")
+                        question = gr.Textbox(label="Question", lines=2, elem_id="question",
+                                              placeholder="Type a question, or pick one above (you can edit it)")
+                        gold = gr.HTML("", elem_id="gold", js_on_load=None)
+                    with gr.Column(scale=2):
+                        chosen = gr.CheckboxGroup([(controls.method_label(m), m) for m in methods], value=["dragin"],
+                                                  label="Methods (several run one after another, side by side)",
+                                                  elem_id="methods")
+                        with gr.Row():
+                            run_btn = gr.Button("Run", variant="primary", elem_id="run")
+                            cancel_btn = gr.Button("Cancel", variant="stop", elem_id="cancel")
+                        status = gr.HTML(status_html("Ready."), elem_id="run-status", js_on_load=None)
+                with gr.Accordion("Method settings (the papers' defaults, or the model's preset where there is one; "
+                                  "each value is checked by the method's config)", open=False, elem_id="settings"):
+                    variant_inputs, param_inputs = _method_settings(methods, model_name)
+                view = viewblock.build("run", cache, head, '<p class="dre-empty">Pick a question and methods, then '
+                                       "press Run. Tokens appear as the model writes them.</p>")
+            history_tab.build(store, cache, exports, head)
+            with gr.Tab("How to read", id="help", elem_id="tab-help"):
+                gr.Markdown(HELP.read_text(encoding="utf-8"))
+        api.register(controller, store, model_name)
+
+        # -- question picking ---------------------------------------------------------------
+        def on_source(src: str) -> tuple[Any, Any, Any]:
+            if src == questions.TYPED:
+                return gr.update(choices=[], value=None, visible=False), gr.update(), ""
+            try:
+                return gr.update(choices=questions.choices(src), value=None, visible=True), gr.update(), ""
+            except ExplorerError as exc:
+                return gr.update(choices=[], value=None), gr.update(value=_note(exc.message), visible=True), ""
+
+        def on_pick(src: str, key: str | None) -> tuple[Any, str]:
+            q = questions.find(src, key)
+            if q is None:
+                return gr.update(), ""
+            answers = " | ".join(q.answers)
+            passages = ", ".join(q.gold_passages) or "none listed"
+            return q.question, (f'<div class="dre-root dre-note">Gold answer: <b>{esc(answers)}</b> · gold passages: '
+                                f"<code>{esc(passages)}</code></div>")
+
+        source.change(on_source, source, [picked, data_note, gold], api_visibility="private", queue=False)
+        picked.change(on_pick, [source, picked], [question, gold], api_visibility="private", queue=False)
+
+        # -- running ------------------------------------------------------------------------
+        run_inputs = {question, source, picked, chosen, view.signal, *variant_inputs.values(), *param_inputs.values()}
+        outputs = [view.html, status, view.state, view.run, view.theta]
+
+        def on_run(data: dict, request: gr.Request):
+            skip = (gr.skip(), gr.skip(), gr.skip())
+            try:
+                ticked = sorted(data[chosen] or [], key=lambda m: methods.index(m) if m in methods else len(methods))
+                specs = controls.build_specs(ticked,
+                                             {m: data[c] for m, c in variant_inputs.items()},
+                                             {k: data[c] for k, c in param_inputs.items()}, model=model_name)
+                q = questions.find(data[source], data[picked])
+                text = (data[question] or "").strip()
+                if not text and q is not None and data[source] != questions.TYPED:
+                    text = q.question  # picked and run before the text box was filled in
+                gold_info = questions.gold_of(q) if q is not None and q.question.strip() == text else {}
+                updates = controller.stream(text, specs, gold=gold_info, session=request.session_hash or "anonymous",
+                                            signal=data[view.signal])
+                for update in updates:
+                    if update.done:
+                        shown = viewblock.Shown(update.run_ids)
+                        html, state, run_u, theta_u = viewblock.after_show(cache, shown, data[view.signal])
+                        yield html, update.status, state, run_u, theta_u
+                    else:
+                        yield update.html, update.status, *skip
+            except ExplorerError as exc:
+                yield gr.skip(), status_html(exc.message, error=True), *skip
+
+        def on_cancel(request: gr.Request) -> str:
+            if controller.cancel(request.session_hash or "anonymous"):
+                return status_html("Cancelling … the partial run will be stored.")
+            return status_html("Nothing is running.")
+
+        run_btn.click(on_run, run_inputs, outputs, concurrency_limit=1, concurrency_id=MODEL_QUEUE,
+                      show_progress="hidden", api_visibility="private")
+        cancel_btn.click(on_cancel, None, status, queue=False, api_visibility="private")
+
+        # -- model status -------------------------------------------------------------------
+        timer = gr.Timer(1.0, active=not holder.ready)
+
+        def poll() -> tuple[str, Any]:
+            return _note(holder.status()), gr.Timer(active=holder.state in ("loading", "not loaded"))
+
+        timer.tick(poll, None, [model_status, timer], api_visibility="private", queue=False, show_progress="hidden")
+    return demo
+
+
+def launch(demo: gr.Blocks, *, host: str, port: int, auth: tuple[str, str] | None = None,
+           quiet: bool = False) -> None:
+    """Serve with a bounded queue and nothing fetched from outside (no analytics, no CDN, no SSR)."""
+    demo.queue(default_concurrency_limit=4, max_size=64).launch(
+        server_name=host, server_port=port, auth=auth, show_error=False, quiet=quiet, ssr_mode=False,
+        footer_links=["api"], pwa=False, mcp_server=False, css_paths=css_paths(), theme=gr.themes.Default(),
+        allowed_paths=[], app_kwargs={"docs_url": None, "redoc_url": None})

@@ -1,0 +1,263 @@
+"""Running questions for the web app: a worker thread per request, streamed updates, Cancel, storage.
+
+The methods run in a worker thread with TraceRecorder listeners that put every token and event
+on a queue; the Gradio handler is a generator that drains the queue and yields a fresh view a
+few times a second, so tokens and retrievals appear while the model works. Several methods run
+one after another. Cancel sets the threading.Event the engine checks between tokens, so a run
+stops within a token and its partial trace is stored with status ``cancelled``.
+
+Each finished run is written to the store at once and then shown FROM the store, so what a
+user sees when a run ends is exactly what reopening it later shows.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from explorer.errors import ExplorerError
+from explorer.methods.base import Runtime, run_question
+from explorer.store import RunStore
+from explorer.trace import Event, Trace
+from explorer.ui.controls import RunSpec
+from explorer.ui.html import esc
+from explorer.ui.render import render_runs
+
+log = logging.getLogger("explorer.ui")
+
+#: Seconds between two streamed views (a finished span or a retrieval is shown at once).
+REFRESH = 0.2
+
+
+class RuntimeHolder:
+    """Loads the model and corpus once, in the background or on first use, and says how far it got."""
+
+    def __init__(self, factory: Callable[[], Runtime], describe: str) -> None:
+        self._factory = factory
+        self.describe = describe
+        self._lock = threading.Lock()
+        self._runtime: Runtime | None = None
+        self._error: str | None = None
+        self._thread: threading.Thread | None = None
+        self.state = "not loaded"
+
+    def start(self) -> None:
+        """Begin loading in a daemon thread (the app's start-up), returning at once."""
+        with self._lock:
+            if self._thread is None and self._runtime is None:
+                self._thread = threading.Thread(target=self._load, name="runtime-loader", daemon=True)
+                self._thread.start()
+
+    def _load(self) -> None:
+        self.state = "loading"
+        try:
+            runtime = self._factory()
+        except ExplorerError as exc:
+            self._error, self.state = exc.message, "failed"
+            return
+        except Exception as exc:  # noqa: BLE001 - reported to the user, logged in full
+            log.exception("loading the model failed")
+            self._error, self.state = f"loading failed: {exc}", "failed"
+            return
+        self._runtime, self.state = runtime, "ready"
+
+    @property
+    def ready(self) -> bool:
+        return self._runtime is not None
+
+    def status(self) -> str:
+        if self._runtime is not None:
+            return f"Model and corpus ready ({self.describe})."
+        if self._error:
+            return f"Model not available: {self._error}"
+        if self.state == "not loaded":
+            return f"The model loads on the first run ({self.describe})."
+        return f"Loading {self.describe} … (runs start when it is ready)"
+
+    def get(self) -> Runtime:
+        """The runtime, loading it here if nobody started it; raises ExplorerError if it cannot load."""
+        self.start()
+        assert self._thread is not None
+        self._thread.join()
+        if self._runtime is None:
+            raise ExplorerError(self._error or "the model could not be loaded", where="model",
+                                fix="check --model and --corpus, then restart the app")
+        return self._runtime
+
+
+@dataclass
+class Update:
+    """What one step of a streamed run shows."""
+
+    html: str
+    status: str
+    run_ids: list[str] = field(default_factory=list)
+    done: bool = False
+
+
+@dataclass
+class _Live:
+    spec: RunSpec
+    events: list[Event] = field(default_factory=list)
+    tokens: list[dict[str, Any]] = field(default_factory=list)
+    purpose: str = ""
+
+
+def status_html(text: str, *, error: bool = False) -> str:
+    cls = "dre-error" if error else "dre-note"
+    return f'<div class="dre-root dre-status"><div class="{cls}">{esc(text)}</div></div>'
+
+
+class RunController:
+    """Streams runs for one app; keeps one cancel flag per browser session."""
+
+    def __init__(self, store: RunStore, runtime: RuntimeHolder) -> None:
+        self.store = store
+        self.runtime = runtime
+        self._cancels: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+
+    def cancel(self, session: str) -> bool:
+        with self._lock:
+            flag = self._cancels.get(session)
+        if flag is None:
+            return False
+        flag.set()
+        return True
+
+    def run_one(self, question: str, spec: RunSpec, gold: dict[str, Any] | None = None) -> Trace:
+        """Run and store one method without streaming (the scripting API)."""
+        trace = run_question(spec.method, question, self.runtime.get(), variant=spec.variant, config=spec.config,
+                             gold=gold)
+        self.store.save(trace)
+        return trace
+
+    def stream(self, question: str, specs: list[RunSpec], *, gold: dict[str, Any] | None, session: str,
+               signal: str = "prob") -> Iterator[Update]:
+        """Run ``specs`` on ``question`` one after another, yielding views as they progress."""
+        question = (question or "").strip()
+        if not question:
+            raise ExplorerError("the question is empty", where="question", fix="type a question or pick one")
+        cancel = threading.Event()
+        with self._lock:
+            old = self._cancels.get(session)
+            if old is not None:
+                old.set()
+            self._cancels[session] = cancel
+        inbox: queue.Queue[tuple[str, int, Any]] = queue.Queue()
+        worker = threading.Thread(target=self._work, args=(question, specs, gold or {}, cancel, inbox),
+                                  name="run-worker", daemon=True)
+        if not self.runtime.ready:
+            yield Update(render_runs([], message=esc(self.runtime.status())), status_html(self.runtime.status()))
+        worker.start()
+        try:
+            yield from self._drain(question, specs, inbox, cancel, signal)
+        finally:
+            # A closed stream (the browser went away) must not leave the model running for nobody;
+            # after a normal end the worker has already finished and this changes nothing.
+            cancel.set()
+            with self._lock:
+                if self._cancels.get(session) is cancel:
+                    del self._cancels[session]
+
+    # -- the worker ---------------------------------------------------------------------------------
+    def _work(self, question: str, specs: list[RunSpec], gold: dict[str, Any], cancel: threading.Event,
+              inbox: queue.Queue) -> None:
+        try:
+            runtime = self.runtime.get()
+            for index, spec in enumerate(specs):
+                if cancel.is_set():
+                    break
+                inbox.put(("start", index, None))
+
+                def listener(kind: str, data: dict[str, Any], index: int = index) -> None:
+                    inbox.put((kind, index, data))
+
+                trace = run_question(spec.method, question, runtime, variant=spec.variant, config=spec.config,
+                                     gold=gold, listeners=[listener], cancel=cancel)
+                self.store.save(trace)
+                inbox.put(("done", index, trace.run_id))
+        except ExplorerError as exc:
+            inbox.put(("error", -1, exc.message))
+        except Exception as exc:  # noqa: BLE001 - the user gets one line, the log gets the traceback
+            log.exception("a run failed")
+            inbox.put(("error", -1, f"internal error ({type(exc).__name__}): {exc}"))
+        finally:
+            inbox.put(("end", -1, None))
+
+    # -- the streaming side ---------------------------------------------------------------------------
+    def _drain(self, question: str, specs: list[RunSpec], inbox: queue.Queue, cancel: threading.Event,
+               signal: str) -> Iterator[Update]:
+        finished: list[Trace] = []
+        live: _Live | None = None
+        error: str | None = None
+        last = 0.0
+        dirty = False
+        while True:
+            try:
+                kind, index, data = inbox.get(timeout=REFRESH)
+            except queue.Empty:
+                kind, index, data = "tick", -1, None
+            urgent = False
+            if kind == "start":
+                live = _Live(specs[index])
+                urgent = True
+            elif kind == "token" and live is not None:
+                live.tokens.append(data)
+                live.purpose = str(data.get("purpose", ""))
+                dirty = True
+            elif kind == "event" and live is not None:
+                event = Event.from_dict(data)
+                live.events.append(event)
+                if event.kind == "generation":
+                    live.tokens = []
+                urgent = event.kind in ("generation", "retrieval", "trigger")
+                dirty = True
+            elif kind == "done":
+                finished.append(self.store.get(data))
+                live = None
+                urgent = True
+            elif kind == "error":
+                error = data
+            elif kind == "end":
+                break
+            now = time.monotonic()
+            if (urgent or dirty) and (urgent or now - last >= REFRESH):
+                last, dirty = now, False
+                yield self._live_update(question, finished, live, specs, signal)
+        yield self._final_update(finished, specs, cancel, error, signal)
+
+    def _live_update(self, question: str, finished: list[Trace], live: _Live | None, specs: list[RunSpec],
+                     signal: str) -> Update:
+        trace = None
+        if live is not None:
+            trace = Trace(question=question, method=live.spec.method, variant=live.spec.variant,
+                          config=live.spec.config, model={}, events=list(live.events), run_id="live",
+                          status="running")
+        n = len(finished) + (1 if live is not None else 0)
+        status = f"Running {n} of {len(specs)}: {live.spec.method}/{live.spec.variant} …" if live else "Running …"
+        html = render_runs(finished, signal=signal, live=trace, live_tokens=list(live.tokens) if live else None,
+                           live_purpose=live.purpose if live else "")
+        return Update(html, status_html(status), [t.run_id for t in finished])
+
+    def _final_update(self, finished: list[Trace], specs: list[RunSpec], cancel: threading.Event, error: str | None,
+                      signal: str) -> Update:
+        ids = [t.run_id for t in finished]
+        if error:
+            status = status_html(error, error=True)
+        elif any(t.status == "cancelled" for t in finished) or (cancel.is_set() and len(finished) < len(specs)):
+            status = status_html(f"Cancelled. {len(finished)} run(s) stored (the interrupted one with status "
+                                 "'cancelled').")
+        else:
+            problems = [t for t in finished if t.status == "error"]
+            if problems:
+                status = status_html("; ".join(f"{t.method}: {t.error}" for t in problems), error=True)
+            else:
+                status = status_html(f"Done: {len(finished)} run(s) stored.")
+        html = render_runs(finished, signal=signal, message="" if finished else esc(error or "Nothing ran."))
+        return Update(html, status, ids, done=True)

@@ -1,0 +1,140 @@
+"""The History tab: every stored run, searchable; reopen, compare, rename, tag, delete, export.
+
+A reopened run is rendered from its stored trace alone, by the same view as a live run. The
+list is a checkbox group so one action can apply to several runs (compare, tag, delete).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+
+from explorer.errors import ExplorerError
+from explorer.store import RunStore
+from explorer.ui import history, viewblock
+from explorer.ui.controller import status_html
+
+
+def build(store: RunStore, cache: history.TraceCache, exports: history.Exports, head: str) -> None:
+    with gr.Tab("History", id="history", elem_id="tab-history") as tab:
+        with gr.Row():
+            search = gr.Textbox(label="Search question, answer or name", elem_id="history-search", scale=3)
+            method = gr.Dropdown([history.ALL], value=history.ALL, label="Method", elem_id="history-method", scale=1)
+            model = gr.Dropdown([history.ALL], value=history.ALL, label="Model", elem_id="history-model", scale=1)
+            tag = gr.Textbox(label="Tag", elem_id="history-tag", scale=1)
+            since = gr.Textbox(label="Since (YYYY-MM-DD)", elem_id="history-since", scale=1)
+            until = gr.Textbox(label="Until", elem_id="history-until", scale=1)
+            refresh = gr.Button("Search", elem_id="history-refresh", scale=0, min_width=90)
+        runs = gr.CheckboxGroup([], value=[], label="Stored runs, newest first (tick one to open, several to compare)",
+                                elem_id="history-runs")
+        with gr.Row():
+            open_btn = gr.Button("Open", variant="primary", elem_id="history-open", min_width=80)
+            compare_btn = gr.Button("Compare", elem_id="history-compare", min_width=80)
+            name = gr.Textbox(placeholder="new name", show_label=False, elem_id="history-name", min_width=140)
+            rename_btn = gr.Button("Rename", elem_id="history-rename", min_width=80)
+            tags = gr.Textbox(placeholder="tags, comma-separated", show_label=False, elem_id="history-tags",
+                              min_width=140)
+            tag_btn = gr.Button("Tag", elem_id="history-tag-add", min_width=60)
+            delete_btn = gr.Button("Delete", variant="stop", elem_id="history-delete", min_width=80)
+        with gr.Row(equal_height=True):
+            with gr.Column(scale=1, min_width=200):
+                json_btn = gr.Button("Export trace JSON", size="sm", elem_id="export-json")
+                html_btn = gr.Button("Export HTML report", size="sm", elem_id="export-html")
+                csv_btn = gr.Button("Export history CSV", size="sm", elem_id="export-csv")
+            file = gr.File(label="Exported file (click to download)", interactive=False, elem_id="export-file",
+                           height=110, scale=3)
+        status = gr.HTML("", elem_id="history-status", js_on_load=None)
+        view = viewblock.build("history", cache, head, '<p class="dre-empty">Tick a run and press Open, or tick '
+                                                       "several and press Compare.</p>")
+
+    filters = [search, method, model, tag, since, until]
+
+    def listing(s: str, m: str, mo: str, t: str, si: str, un: str, keep: list[str] | None = None) -> tuple:
+        try:
+            found = history.rows(store, search=s, method=m, model=mo, tag=t, since=si, until=un)
+        except ExplorerError as exc:
+            return gr.update(), gr.update(), gr.update(), status_html(exc.message, error=True)
+        ids = {r["run_id"] for r in found}
+        value = [k for k in (keep or []) if k in ids]
+        note = f"{len(found)} run(s)" + (" (showing the newest 200)" if len(found) >= 200 else "")
+        return (gr.update(choices=history.choices(found), value=value),
+                gr.update(choices=history.distinct(store, "method")),
+                gr.update(choices=history.distinct(store, "model")),
+                status_html(note))
+
+    list_outputs = [runs, method, model, status]
+    quiet: dict[str, Any] = {"api_visibility": "private", "show_progress": "hidden"}
+    for trigger in (refresh.click, search.submit, tag.submit, since.submit, until.submit, tab.select):
+        trigger(listing, filters, list_outputs, **quiet)
+    method.input(listing, filters, list_outputs, **quiet)
+    model.input(listing, filters, list_outputs, **quiet)
+
+    def show(selected: list[str], signal: str, compare: bool) -> tuple:
+        try:
+            ids = history.require(selected, at_least=2 if compare else 1, action="compare" if compare else "open")
+        except ExplorerError as exc:
+            return gr.skip(), gr.skip(), gr.skip(), gr.skip(), status_html(exc.message, error=True)
+        if not compare:
+            ids = ids[:1]
+        html, state, run_u, theta_u = viewblock.after_show(cache, viewblock.Shown(ids, compare=compare), signal)
+        what = f"Comparing {len(ids)} runs." if compare else "Opened from the store."
+        return html, state, run_u, theta_u, status_html(what)
+
+    show_outputs = [view.html, view.state, view.run, view.theta, status]
+    open_btn.click(lambda sel, sig: show(sel, sig, False), [runs, view.signal], show_outputs, **quiet)
+    compare_btn.click(lambda sel, sig: show(sel, sig, True), [runs, view.signal], show_outputs, **quiet)
+
+    def act(action: str, selected: list[str], text: str, *flt: str) -> tuple:
+        try:
+            if action == "rename":
+                run_id = history.require(selected, action="rename")[0]
+                store.rename(run_id, text or "")
+                done = f"Renamed run {run_id[:12]}."
+            elif action == "tag":
+                ids = history.require(selected, action="tag")
+                labels = [t.strip() for t in (text or "").split(",") if t.strip()]
+                if not labels:
+                    raise ExplorerError("no tag given", where="tags", fix="type one or more tags, comma-separated")
+                for run_id in ids:
+                    store.tag(run_id, *labels)
+                done = f"Tagged {len(ids)} run(s) with {', '.join(labels)}."
+            else:
+                ids = history.require(selected, action="delete")
+                for run_id in ids:
+                    store.delete(run_id)
+                    cache.forget(run_id)
+                done = f"Deleted {len(ids)} run(s)."
+        except ExplorerError as exc:
+            return gr.skip(), gr.skip(), gr.skip(), status_html(exc.message, error=True)
+        listed = listing(*flt, keep=[] if action == "delete" else selected)
+        return listed[0], listed[1], listed[2], status_html(done)
+
+    rename_btn.click(lambda sel, txt, *f: act("rename", sel, txt, *f), [runs, name, *filters], list_outputs, **quiet)
+    tag_btn.click(lambda sel, txt, *f: act("tag", sel, txt, *f), [runs, tags, *filters], list_outputs, **quiet)
+    delete_btn.click(lambda sel, *f: act("delete", sel, "", *f), [runs, *filters], list_outputs, **quiet)
+
+    def export(kind: str, selected: list[str], signal: str, *flt: str) -> tuple:
+        try:
+            if kind == "csv":
+                s, m, mo, t, si, un = flt
+                text = store.export_csv(search=s or None, method=None if m == history.ALL else m,
+                                        model=None if mo == history.ALL else mo, tag=(t or "").strip() or None,
+                                        since=history.parse_date(si, "since"),
+                                        until=history.parse_date(un, "until", end=True))
+                return exports.csv(text), status_html("History exported as CSV (the current filters).")
+            ids = history.require(selected, action="export")
+            traces = [cache.get(i) for i in ids]
+            if kind == "json":
+                return exports.trace_json(traces[0]), status_html(f"Trace of run {ids[0][:12]} exported.")
+            return exports.report(traces, signal), status_html(
+                f"HTML report of {len(traces)} run(s) exported; it opens offline.")
+        except ExplorerError as exc:
+            return gr.skip(), status_html(exc.message, error=True)
+
+    json_btn.click(lambda sel, sig, *f: export("json", sel, sig, *f), [runs, view.signal, *filters], [file, status],
+                   **quiet)
+    html_btn.click(lambda sel, sig, *f: export("html", sel, sig, *f), [runs, view.signal, *filters], [file, status],
+                   **quiet)
+    csv_btn.click(lambda sel, sig, *f: export("csv", sel, sig, *f), [runs, view.signal, *filters], [file, status],
+                  **quiet)

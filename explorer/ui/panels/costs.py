@@ -1,0 +1,72 @@
+"""What runs cost, side by side: retrievals, LLM calls, forward passes, tokens kept and discarded, time.
+
+The numbers are the trace's ``costs`` as the engine and the methods counted them (the papers'
+"#retrieval" and "#LLM call" columns, plus what the explorer measures on top).
+"""
+
+from __future__ import annotations
+
+from plotly.subplots import make_subplots
+
+from explorer.trace import Trace
+from explorer.ui.html import esc, fmt, plot, plot_text, section
+
+METRICS = (
+    ("retrievals", "retrievals"),
+    ("llm_calls", "LLM calls"),
+    ("forward_passes", "forward passes"),
+    ("generated_tokens", "generated tokens"),
+    ("discarded_tokens", "discarded tokens"),
+    ("sampled_sequences", "sampled sequences"),
+    ("total_time", "wall time (s)"),
+)
+COLOURS = ("#2563eb", "#d97706", "#059669", "#7c3aed", "#db2777", "#0891b2", "#65a30d", "#dc2626")
+
+
+def run_labels(traces: list[Trace]) -> list[str]:
+    """Short distinct labels: method/variant, numbered when the same pair appears twice."""
+    base = [f"{t.method}/{t.variant}" for t in traces]
+    return [b if base.count(b) == 1 else f"{b} #{base[:i + 1].count(b)}" for i, b in enumerate(base)]
+
+
+def _value(trace: Trace, key: str) -> float:
+    return trace.costs.total_time if key == "total_time" else getattr(trace.costs, key)
+
+
+def table(traces: list[Trace]) -> str:
+    labels = run_labels(traces)
+    head = "".join(f"<th>{esc(label)}</th>" for label in labels)
+    rows = []
+    for key, name in METRICS:
+        values = [_value(t, key) for t in traces]
+        if key == "sampled_sequences" and not any(values):
+            continue
+        rows.append(f"<tr><td>{esc(name)}</td>" + "".join(f"<td>{esc(fmt(v))}</td>" for v in values) + "</tr>")
+    return f'<table class="dre-table dre-costs"><tr><th></th>{head}</tr>{"".join(rows)}</table>'
+
+
+def chart(traces: list[Trace]) -> str:
+    labels = run_labels(traces)
+    metrics = [(k, n) for k, n in METRICS if k != "sampled_sequences" or any(t.costs.sampled_sequences for t in traces)]
+    fig = make_subplots(rows=1, cols=len(metrics), subplot_titles=[n for _, n in metrics], horizontal_spacing=0.04)
+    for col, (key, name) in enumerate(metrics, 1):
+        values = [_value(t, key) for t in traces]
+        fig.add_bar(x=[plot_text(lb, 24) for lb in labels], y=values, row=1, col=col,
+                    marker={"color": [COLOURS[i % len(COLOURS)] for i in range(len(traces))]},
+                    hovertext=[f"{plot_text(lb)}<br>{name}: {fmt(v)}" for lb, v in zip(labels, values, strict=True)],
+                    hoverinfo="text")
+    fig.update_annotations(font_size=10)
+    fig.update_xaxes(showticklabels=False)
+    fig.update_layout(template=None, showlegend=False, margin={"l": 30, "r": 10, "t": 36, "b": 10},
+                      paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="#fafafa",
+                      font={"family": "system-ui, sans-serif", "size": 10})
+    legend = " ".join(f'<span class="dre-swatch" style="background:{COLOURS[i % len(COLOURS)]}"></span>{esc(lb)}'
+                      for i, lb in enumerate(labels))
+    return f'<div class="dre-legend">{legend}</div>' + plot(fig, height=200, name="costs")
+
+
+def render(traces: list[Trace]) -> str:
+    if not traces:
+        return ""
+    body = table(traces) + (chart(traces) if len(traces) > 1 else "")
+    return section("Costs" + (" compared" if len(traces) > 1 else ""), body, panel="costs")

@@ -1,0 +1,76 @@
+"""A run's heading: method, variant, status, question, answer against the gold answers, notes.
+
+Also lists the parameters that differ from the method's defaults, so two runs of one method
+can be told apart at a glance, and any ``note`` event (fallbacks, known defects of a reference
+implementation) the method wanted its reader to see.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from explorer.eval.metrics import contains_answer, exact_match
+from explorer.ui.html import badge, esc, fmt
+from explorer.ui.view import TraceView, ViewOptions
+
+
+def _defaults(method: str) -> dict[str, Any]:
+    try:
+        from explorer.methods.base import get_method
+
+        return {d["name"]: d["default"] for d in get_method(method).Config.describe()}
+    except Exception:  # a stored run of a method this build does not have
+        return {}
+
+
+def changed_settings(trace_config: dict[str, Any], method: str) -> dict[str, Any]:
+    defaults = _defaults(method)
+    return {k: v for k, v in trace_config.items() if k in defaults and defaults[k] != v}
+
+
+def _title(method: str) -> str:
+    try:
+        from explorer.methods.base import get_method
+
+        return get_method(method).title
+    except Exception:
+        return method
+
+
+def render(view: TraceView, opts: ViewOptions) -> str:
+    t = view.trace
+    status = badge(t.status, f"status-{t.status}")
+    answer = t.answer if t.answer is not None else ("…" if t.status == "running" else "–")
+    verdict = ""
+    if view.gold_answers and t.answer is not None:
+        if exact_match(t.answer, view.gold_answers):
+            verdict = badge("exact match", "ok")
+        elif contains_answer(t.output or t.answer, view.gold_answers):
+            verdict = badge("contains gold", "part")
+        else:
+            verdict = badge("wrong", "bad")
+    gold = ""
+    if view.gold_answers:
+        gold = f'<div class="dre-gold">gold: {esc(" | ".join(view.gold_answers))}</div>'
+    changed = changed_settings(t.config, t.method)
+    settings = ", ".join(f"{esc(k)}={esc(v)}" for k, v in changed.items()) or "defaults"
+    c = t.costs
+    if t.status == "running":
+        tokens = sum(len(s.tokens) for s in view.spans)
+        facts = "running …"
+        costs = f"so far: {tokens} tokens generated, {len(view.retrievals)} retrievals"
+    else:
+        facts = (f'{esc(t.model.get("name", "?"))} · corpus {esc(t.corpus.get("name", "?"))} · '
+                 f'{esc(t.created_at)} · run <code>{esc(t.run_id[:12])}</code>')
+        costs = (f"{c.retrievals} retrievals · {c.llm_calls} LLM calls · {c.generated_tokens} tokens "
+                 f"({c.discarded_tokens} discarded) · {fmt(c.total_time)} s")
+    notes = "".join(f'<li class="dre-note-{esc(e.payload.get("level", "info"))}">{esc(e.payload.get("message"))}</li>'
+                    for e in view.of_kind("note"))
+    error = f'<div class="dre-error">{esc(t.error)}</div>' if t.error and t.status != "complete" else ""
+    return (f'<header class="dre-runhead"><div class="dre-title"><b>{esc(_title(t.method))}</b> '
+            f'<span class="dre-variant">{esc(t.variant)}</span> {status}</div>'
+            f'<div class="dre-question">{esc(t.question)}</div>'
+            f'<div class="dre-answer">answer: <b>{esc(answer)}</b> {verdict}</div>{gold}'
+            f'<div class="dre-facts">settings: {settings}</div><div class="dre-facts">{facts}</div>'
+            f'<div class="dre-facts">{esc(costs)}</div>{error}'
+            + (f'<ul class="dre-notes">{notes}</ul>' if notes and not opts.compact else "") + "</header>")

@@ -1,0 +1,144 @@
+"""The decision signal per unit with the threshold line, and what another threshold would do.
+
+Reads the recorded ``check`` events: every unit's value (token, word or sentence), whether it was
+eligible, the compare direction and the unit that fired. Units of successive checks are laid end
+to end. With a what-if threshold θ' the chart also marks where retrieval WOULD fire, shades
+everything after the first changed decision (the real text would differ from there), and a
+table lists the threshold ranges that lead to each decision. Runs without checks get the
+chosen per-token signal instead.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import plotly.graph_objects as go
+
+from explorer import whatif
+from explorer.ui.html import esc, figure, fmt, plot, plot_text, section
+from explorer.ui.view import SIGNALS, TraceView, ViewOptions
+
+FIRED, WHATIF, ELIGIBLE, OTHER = "#dc2626", "#f59e0b", "#2563eb", "#cbd5e1"
+
+
+def _checks(view: TraceView, signal: str | None) -> list[Any]:
+    return [e for e in view.of_kind("check") if signal is None or e.payload.get("signal") == signal]
+
+
+def _chart(view: TraceView, signal: str, decisions: list[whatif.Decision], theta: float | None) -> str:
+    checks = _checks(view, signal)
+    by_check = {d.check: d for d in decisions}
+    xs, ys, colours, hover, ticks = [], [], [], [], []
+    shapes, annotations = [], []
+    x = 0
+    shade_from: int | None = None
+    for e in checks:
+        p = e.payload
+        d = by_check.get(e.id)
+        start = x
+        if d is not None and not d.reliable and shade_from is None:
+            shade_from = start
+        for i, unit in enumerate(p.get("units") or []):
+            value = unit.get("value")
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                x += 1
+                continue
+            eligible = bool(unit.get("eligible", True))
+            colour = ELIGIBLE if eligible else OTHER
+            if d is not None and d.reliable and d.would_fire == i and theta is not None:
+                colour = WHATIF
+            if p.get("fired") == i:
+                colour = FIRED
+            xs.append(x)
+            ys.append(float(value))
+            colours.append(colour)
+            extra = "" if eligible else " (not eligible)"
+            hover.append(f"{plot_text(repr(str(unit.get('text', ''))), 80)}{extra}<br>{plot_text(signal)} = "
+                         f"{fmt(value)}<br>check #{e.id}, unit {i}")
+            ticks.append(plot_text(str(unit.get("text", "")).strip(), 14))
+            x += 1
+        if start:
+            shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": start - 0.5, "x1": start - 0.5,
+                           "y0": 0, "y1": 1, "line": {"color": "#9ca3af", "width": 1, "dash": "dot"}})
+        annotations.append({"x": start - 0.4, "y": 1.0, "xref": "x", "yref": "paper", "xanchor": "left",
+                            "yanchor": "bottom", "showarrow": False, "font": {"size": 9, "color": "#6b7280"},
+                            "text": f"step {e.step}"})
+    recorded = checks[0].payload.get("threshold") if checks else None
+    if isinstance(recorded, (int, float)):
+        shapes.append({"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": recorded, "y1": recorded,
+                       "line": {"color": FIRED, "width": 1.5}})
+        annotations.append({"xref": "paper", "x": 1, "y": recorded, "xanchor": "right", "yanchor": "bottom",
+                            "showarrow": False, "text": f"θ = {fmt(recorded)}", "font": {"color": FIRED, "size": 10}})
+    if theta is not None:
+        shapes.append({"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": theta, "y1": theta,
+                       "line": {"color": WHATIF, "width": 1.5, "dash": "dash"}})
+        annotations.append({"xref": "paper", "x": 0, "y": theta, "xanchor": "left", "yanchor": "bottom",
+                            "showarrow": False, "text": f"what-if θ' = {fmt(theta)}",
+                            "font": {"color": "#b45309", "size": 10}})
+    if shade_from is not None:
+        shapes.append({"type": "rect", "xref": "x", "yref": "paper", "x0": shade_from - 0.5, "x1": max(x, 1) - 0.5,
+                       "y0": 0, "y1": 1, "fillcolor": "rgba(107,114,128,0.12)", "line": {"width": 0}})
+    trace = go.Bar(x=xs, y=ys, marker={"color": colours}, hovertext=hover, hoverinfo="text")
+    xaxis: dict[str, Any] = {"showticklabels": False}
+    if 0 < len(xs) <= 48:
+        xaxis = {"tickmode": "array", "tickvals": xs, "ticktext": ticks, "tickangle": -60, "tickfont": {"size": 9}}
+    fig = figure([trace], shapes=shapes, annotations=annotations, xaxis=xaxis, bargap=0.15,
+                 yaxis={"title": {"text": plot_text(signal), "font": {"size": 10}}},
+                 margin={"b": 64 if len(xs) <= 48 else 24})
+    return plot(fig, height=260, name="signal")
+
+
+def _token_chart(view: TraceView, signal: str) -> str:
+    xs, ys, hover = [], [], []
+    for span in view.main_spans:
+        for i, token in enumerate(span.tokens):
+            value = view.token_value(span, token, signal)
+            xs.append(len(xs))
+            ys.append(value)
+            hover.append(f"{plot_text(repr(str(token.get('text', ''))), 60)}<br>{plot_text(signal)} = {fmt(value)}"
+                         f"<br>{plot_text(span.purpose)} span, token {i}")
+    fig = figure([go.Scatter(x=xs, y=ys, mode="lines+markers", marker={"size": 4, "color": ELIGIBLE},
+                             line={"width": 1, "color": ELIGIBLE}, hovertext=hover, hoverinfo="text")],
+                 xaxis={"title": {"text": "generated token", "font": {"size": 10}}},
+                 yaxis={"title": {"text": plot_text(SIGNALS[signal][0]), "font": {"size": 10}}})
+    return plot(fig, height=200, name="signal")
+
+
+def _interval_table(view: TraceView, signal: str) -> str:
+    rows = []
+    for e in _checks(view, signal)[:6]:
+        units = e.payload.get("units") or []
+        cells = []
+        for iv in whatif.firing_intervals(units, e.payload.get("compare", ">")):
+            lo = "−∞" if iv.lo == -math.inf else fmt(iv.lo)
+            hi = "∞" if iv.hi == math.inf else fmt(iv.hi)
+            what = ("no retrieval" if iv.fires is None
+                    else f"unit {iv.fires} {str(units[iv.fires].get('text', '')).strip()!r}")
+            mark = " class=\"rec\"" if iv.fires == e.payload.get("fired") else ""
+            cells.append(f"<li{mark}>θ in ({esc(lo)}, {esc(hi)}): {esc(what)}</li>")
+        rows.append(f"<div><b>check #{e.id}</b> (step {e.step}, {esc(e.payload.get('unit', 'unit'))}s, "
+                    f"fires when value {esc(e.payload.get('compare', '>'))} θ)<ul>{''.join(cells)}</ul></div>")
+    return "".join(rows)
+
+
+def render(view: TraceView, opts: ViewOptions, decisions: list[whatif.Decision], signal: str | None) -> str:
+    if signal is None:
+        chosen = opts.signal if opts.signal in view.available_signals() else "prob"
+        if not view.main_spans:
+            return ""
+        return section(f"Signal per token: {esc(SIGNALS[chosen][0])}", _token_chart(view, chosen), panel="signal",
+                       note="This method records no threshold decision; the chart shows the strip's signal.")
+    checks = _checks(view, signal)
+    first = checks[0].payload
+    note = (f"Decision: {esc(first.get('rule', ''))}. Bars: {esc(first.get('unit', 'unit'))}s in the order checked; "
+            f"red = fired, grey = not eligible.")
+    body = _chart(view, signal, decisions, opts.whatif)
+    if opts.whatif is not None:
+        units_of = {e.id: e.payload.get("units") or [] for e in checks}
+        body = (f'<p class="dre-whatif">What-if on the recorded generation: {esc(whatif.describe(decisions, units_of))}'
+                "</p>" + body)
+    if not opts.compact:
+        body += ('<details class="dre-intervals"><summary>Which threshold gives which decision</summary>'
+                 f"{_interval_table(view, signal)}</details>")
+    return section(f"Decision signal: {esc(signal)}", body, panel="signal", note=note)

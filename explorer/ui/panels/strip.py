@@ -1,0 +1,168 @@
+"""The output as a strip of tokens coloured by one signal, with retrieval, cuts and joins marked.
+
+Every generated span is shown in order. The token that fired retrieval carries a flag; tokens
+that were cut away stay visible, struck through, after a scissors mark at the cut; a span that
+continued after a retrieval has a left border and a link in that retrieval's colour, so the text
+is visibly joined to the passages it was given. Values are in each token's hover title.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from explorer import whatif
+from explorer.ui.html import esc, fmt, heat, section
+from explorer.ui.view import SIGNALS, Span, TraceView, ViewOptions
+
+
+def _scale(view: TraceView, signal: str) -> tuple[float, float]:
+    values = [v for s in view.main_spans for t in s.tokens if (v := view.token_value(s, t, signal)) is not None]
+    if not values:
+        return 0.0, 1.0
+    return min(values), max(values)
+
+
+def _intensity(value: float | None, signal: str, lo: float, hi: float) -> float | None:
+    if value is None:
+        return None
+    if signal == "prob":
+        return 1.0 - value
+    if signal == "u":
+        return 0.5 if hi == lo else (value - lo) / (hi - lo)
+    return value / hi if hi > 0 else 0.0
+
+
+def _title(i: int, token: dict[str, Any], span: Span) -> str:
+    lines = [f"#{i} {token.get('text', '')!r}",
+             " · ".join(f"{name} = {fmt(token.get(key))}" for name, key in
+                        (("p", "prob"), ("H", "entropy"), ("amax", "amax"), ("RIND", "rind")) if key in token)]
+    if token.get("content") is False:
+        lines.append("stopword / punctuation: not eligible for RIND")
+    if span.u is not None:
+        lines.append(f"U (step {span.step}) = {fmt(span.u)}")
+    top = token.get("top") or []
+    if top:
+        lines.append("top: " + ", ".join(f"{str(t)!r} {fmt(p)}" for t, p in top[:5]))
+    return "\n".join(lines)
+
+
+def whatif_marks(view: TraceView, decisions: list[whatif.Decision]) -> dict[int, set[int]]:
+    """Token positions, per span event id, where retrieval WOULD fire at the what-if threshold."""
+    marks: dict[int, set[int]] = {}
+    for d in decisions:
+        if not d.reliable or d.would_fire is None or d.span is None:
+            continue
+        check = view.events[d.check].payload
+        unit = (check.get("units") or [])[d.would_fire]
+        rng = unit.get("tokens")
+        if isinstance(rng, list) and len(rng) == 2:
+            positions = set(range(int(rng[0]), int(rng[1])))
+        elif check.get("unit", "token") == "token":
+            positions = {d.would_fire}
+        elif check.get("unit") == "step":  # one unit per step (SEAKR): the whole span it decided on
+            span = next((s for s in view.spans if s.event_id == d.span), None)
+            positions = set(range(len(span.tokens))) if span else set()
+        else:
+            positions = set()
+        marks.setdefault(d.span, set()).update(positions)
+    return marks
+
+
+def _tokens_html(view: TraceView, span: Span, signal: str, lo: float, hi: float, marks: set[int]) -> str:
+    parts = []
+    if span.appended:
+        parts.append(f'<span class="dre-appended" title="appended by the method, not generated">'
+                     f'{esc(span.appended)}</span>')
+    for i, token in enumerate(span.tokens):
+        if span.cut_at is not None and i == span.cut_at:
+            parts.append(f'<span class="dre-cut-mark" title="{esc("cut here: " + span.cut_reason)}">✂</span>')
+        classes = ["tok"]
+        if span.cut_at is not None and i >= span.cut_at:
+            classes.append("cut")
+        flag = ""
+        if i in span.triggers:
+            trig = span.triggers[i]
+            classes.append("fired")
+            why = (f"retrieval fired: {trig.get('signal')} = {fmt(trig.get('value'))} "
+                   f"vs θ = {fmt(trig.get('threshold'))}")
+            flag = f'<span class="dre-flag" title="{esc(why)}">⚑</span>'
+        if i in marks:
+            classes.append("whatif")
+        text = str(token.get("text", "")).replace("\n", "↵\n")
+        colour = heat(_intensity(view.token_value(span, token, signal), signal, lo, hi))
+        parts.append(f'{flag}<span class="{" ".join(classes)}" data-i="{i}" style="background:{colour}" '
+                     f'title="{esc(_title(i, token, span))}">{esc(text)}</span>')
+    if span.live:
+        parts.append('<span class="dre-caret">▍</span>')
+    return "".join(parts)
+
+
+def _plain(span: Span, marks: set[int]) -> bool:
+    """Nothing happened to this span (no join, cut, trigger or what-if): it may be folded with its neighbours."""
+    return span.retrieval is None and span.cut_at is None and not span.triggers and not span.live and not marks
+
+
+def _group_html(view: TraceView, spans: list[Span], signal: str, lo: float, hi: float) -> str:
+    """Many short calls of one purpose (a judge per passage pair, a filter per set) on one line each."""
+    first = spans[0]
+    head = (f'<span class="dre-tag">{esc(first.purpose)} · step {first.step} · {len(spans)} calls</span>')
+    body = '<span class="dre-sep">│</span>'.join(_tokens_html(view, s, signal, lo, hi, set()) for s in spans)
+    ids = " ".join(str(s.event_id) for s in spans)
+    return (f'<div class="dre-span group" data-span="{ids}"><div class="dre-span-head">{head}</div>'
+            f'<div class="dre-tokens">{body}</div></div>')
+
+
+def _span_html(view: TraceView, span: Span, signal: str, lo: float, hi: float, marks: set[int]) -> str:
+    head = [f'<span class="dre-tag">{esc(span.purpose)}{"" if span.step < 0 else f" · step {span.step}"}</span>']
+    style = ""
+    if span.retrieval is not None:
+        colour = view.colour(span.retrieval)
+        number = view.retrieval_number.get(span.retrieval, "?")
+        hits = view.events[span.retrieval].payload.get("hits") or [] if span.retrieval < len(view.events) else []
+        titles = " · ".join(esc(h.get("title", h.get("id", ""))) for h in hits) or "no passages"
+        head.append(f'<a class="dre-join" href="#{view.anchor(span.retrieval)}" style="color:{colour}">'
+                    f'⇠ given the passages of retrieval R{number}: {titles}</a>')
+        style = f' style="border-left-color:{colour}"'
+    return (f'<div class="dre-span{" sampled" if span.sampled else ""}{" live" if span.live else ""}" '
+            f'data-span="{span.event_id}"{style}><div class="dre-span-head">{"".join(head)}</div>'
+            f'<div class="dre-tokens">{_tokens_html(view, span, signal, lo, hi, marks)}</div></div>')
+
+
+def render(view: TraceView, opts: ViewOptions, decisions: list[whatif.Decision] | None = None) -> str:
+    signal = opts.signal if opts.signal in view.available_signals() else "prob"
+    lo, hi = _scale(view, signal)
+    marks = whatif_marks(view, decisions or [])
+    spans = view.main_spans
+    blocks, run = [], []  # runs of three or more plain spans of one purpose and step are folded together
+
+    def flush() -> None:
+        if len(run) >= 3:
+            blocks.append(_group_html(view, run, signal, lo, hi))
+        else:
+            blocks.extend(_span_html(view, s, signal, lo, hi, set()) for s in run)
+        run.clear()
+
+    for s in spans:
+        mine = marks.get(s.event_id, set())
+        if _plain(s, mine) and (not run or (run[0].purpose, run[0].step) == (s.purpose, s.step)):
+            run.append(s)
+            continue
+        flush()
+        if _plain(s, mine):
+            run.append(s)
+        else:
+            blocks.append(_span_html(view, s, signal, lo, hi, mine))
+    flush()
+    body = "".join(blocks)
+    if not spans:
+        body = '<p class="dre-empty">No tokens yet.</p>'
+    sampled = view.sampled_spans
+    if sampled:
+        body += (f'<p class="dre-note">{len(sampled)} sampled continuation(s) are not in the strip; '
+                 'see the uncertainty panel.</p>')
+    label, how = SIGNALS[signal]
+    legend = (f'<div class="dre-legend"><span>coloured by <b>{esc(label)}</b>: {esc(how)}</span>'
+              '<span class="dre-key"><span class="dre-k fired">⚑ fired retrieval</span>'
+              '<span class="dre-k cut">cut away</span>'
+              + ('<span class="dre-k whatif">would fire at θ\'</span>' if marks else "") + "</span></div>")
+    return section("Output, token by token", legend + f'<div class="dre-strip">{body}</div>', panel="strip")

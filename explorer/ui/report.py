@@ -1,0 +1,75 @@
+"""Exports: a run's trace as JSON, one or more runs as a self-contained HTML report, the history as CSV.
+
+The report is the app's own view of the runs (same renderer, same stylesheet and chart script)
+with Plotly's JavaScript taken from the installed ``plotly`` package and inlined, so it opens
+from a file with no network at all. A Content-Security-Policy forbids every fetch and every
+inline event handler: only the report's own scripts, identified by their hashes, may run.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from datetime import UTC, datetime
+from functools import cache
+from pathlib import Path
+
+import plotly
+
+from explorer.paths import ASSETS_DIR
+from explorer.trace import Trace
+from explorer.ui.html import esc
+from explorer.ui.render import render_comparison, render_runs
+
+PLOTLY_JS = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
+EXPLORER_JS = ASSETS_DIR / "explorer.js"
+EXPLORER_CSS = ASSETS_DIR / "explorer.css"
+
+
+@cache
+def _asset(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+def _inline_script(code: str) -> tuple[str, str]:
+    """A <script> element for ``code`` and its CSP hash (a closing tag inside is neutralised)."""
+    code = re.sub(r"</(script)", r"<\\/\1", code, flags=re.IGNORECASE)
+    digest = base64.b64encode(hashlib.sha256(code.encode("utf-8")).digest()).decode("ascii")
+    return f"<script>{code}</script>", f"'sha256-{digest}'"
+
+
+def safe_filename(text: str, suffix: str) -> str:
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")[:80] or "run"
+    return f"{stem}{suffix}"
+
+
+def report_html(traces: list[Trace], *, signal: str = "prob", title: str | None = None) -> str:
+    """A standalone HTML page showing ``traces`` (side by side, compared when there are several)."""
+    if not traces:
+        raise ValueError("a report needs at least one run")
+    title = title or (f"{traces[0].method}/{traces[0].variant}: {traces[0].question}" if len(traces) == 1
+                      else f"Comparison of {len(traces)} runs: {traces[0].question}")
+    body = (render_runs(traces, signal=signal) if len(traces) == 1
+            else render_comparison(traces, signal=signal, compact=False))
+    scripts, hashes = [], []
+    for code in (_asset(PLOTLY_JS), _asset(EXPLORER_JS), "window.DRE.render(document.body);"):
+        tag, digest = _inline_script(code)
+        scripts.append(tag)
+        hashes.append(digest)
+    csp = (f"default-src 'none'; script-src {' '.join(hashes)} 'unsafe-eval'; style-src 'unsafe-inline'; "
+           "img-src data: blob:; font-src data:")
+    generated = datetime.now(UTC).isoformat(timespec="seconds")
+    return (
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f'<meta http-equiv="Content-Security-Policy" content="{esc(csp)}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{esc(title)}</title><style>body{{margin:16px;background:#f8fafc}}{_asset(EXPLORER_CSS)}</style>"
+        "</head><body>"
+        f'<div class="dre-root dre-report-head"><b>Dynamic RAG Explorer</b> · report generated {esc(generated)} · '
+        f"{len(traces)} run(s) · opens offline; hover a token or a bar for its values</div>"
+        f"{body}{''.join(scripts)}</body></html>")
+
+
+def trace_json(trace: Trace) -> str:
+    return trace.to_json(indent=1)

@@ -1,0 +1,104 @@
+"""Command-line options of ``python app.py``, each also settable by an environment variable.
+
+The app serves on 127.0.0.1 unless told otherwise; binding to another address without
+``--auth`` prints a warning, since anyone who can reach the port can run the model and read and
+delete every stored run. Nothing is downloaded at run time: the Hugging Face Hub is switched off
+and the embedded model must already be converted (``python -m explorer model fetch``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from explorer.errors import ExplorerError
+
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if value is None or not value.strip():
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ExplorerError(f"{name}={value!r} is not a port number", where=name, fix="set it to e.g. 7860") from None
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    from explorer.paths import default_db_path
+
+    parser = argparse.ArgumentParser(prog="app.py", description="Serve the Dynamic RAG Explorer web app.")
+    parser.add_argument("--host", default=os.environ.get("EXPLORER_HOST", "127.0.0.1"),
+                        help="address to bind (env EXPLORER_HOST; default 127.0.0.1, this machine only)")
+    parser.add_argument("--port", type=int, default=_env_int("EXPLORER_PORT", 7860),
+                        help="port (env EXPLORER_PORT; default 7860)")
+    parser.add_argument("--db", default=os.environ.get("EXPLORER_DB") or str(default_db_path()),
+                        help="SQLite file that stores the runs (env EXPLORER_DB)")
+    parser.add_argument("--model", default=os.environ.get("EXPLORER_MODEL", "embedded"),
+                        help="embedded (default), a model folder or a .gguf file (env EXPLORER_MODEL)")
+    parser.add_argument("--corpus", default=os.environ.get("EXPLORER_CORPUS", "demo"),
+                        help="demo (default), benchmark, or a corpus file/folder (env EXPLORER_CORPUS)")
+    parser.add_argument("--auth", default=None, metavar="USER:PASSWORD",
+                        help="require this login (recommended whenever --host is not 127.0.0.1)")
+    parser.add_argument("--lazy", action="store_true", help="load the model on the first run instead of at start")
+    parser.add_argument("--quiet", action="store_true", help="print less at start")
+    return parser.parse_args(argv)
+
+
+def parse_auth(text: str | None) -> tuple[str, str] | None:
+    if not text:
+        return None
+    user, sep, password = text.partition(":")
+    if not sep or not user or not password:
+        raise ExplorerError("--auth must be USER:PASSWORD", where="--auth", fix="e.g. --auth alice:long-secret")
+    return user, password
+
+
+def exposure_warning(host: str, auth: tuple[str, str] | None) -> str | None:
+    if host in LOOPBACK or auth is not None:
+        return None
+    return (f"WARNING: serving on {host} without authentication: anyone who can reach this port can run the model "
+            "and read, change or delete every stored run. Add --auth USER:PASSWORD, or bind to 127.0.0.1.")
+
+
+def check_model_offline(spec: str) -> None:
+    """Refuse a model that would have to be downloaded now (the app never downloads at run time)."""
+    if spec != "embedded":
+        path = Path(spec).expanduser()
+        if not path.exists():
+            raise ExplorerError(f"model {spec!r} is not a local path, and the app does not download models",
+                                where="--model", fix="pass a model folder or .gguf file, or 'embedded'")
+        return
+    from explorer.engine.embedded import cached_wheel_path, embedded_model_dir, read_manifest
+
+    if read_manifest(embedded_model_dir()) is None and not cached_wheel_path().exists():
+        raise ExplorerError("the embedded model is not installed yet", where="--model",
+                            fix="run `python -m explorer model fetch` (or `make model`) once, then start the app")
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        args = parse_args(argv)
+        auth = parse_auth(args.auth)
+        check_model_offline(args.model)
+        warning = exposure_warning(args.host, auth)
+        if warning:
+            print(warning, file=sys.stderr, flush=True)
+        from explorer.ui.app import AppSettings, build_app, launch
+
+        demo = build_app(AppSettings(db=Path(args.db), model=args.model, corpus=args.corpus, preload=not args.lazy))
+        if not args.quiet:
+            print(f"runs are stored in {args.db}", flush=True)
+        launch(demo, host=args.host, port=args.port, auth=auth, quiet=args.quiet)
+    except ExplorerError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 2
+    return 0

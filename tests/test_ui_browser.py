@@ -1,0 +1,382 @@
+"""The web app in a real browser (Debian's chromium via Playwright) against the real model and SQLite.
+
+One app serves most tests (its corpus is the demo corpus plus a passage full of HTML/JS
+payloads); the crash test starts its own app so it can kill it. Generation lengths are small to
+keep the suite within minutes on a CPU. Screenshots of the main views go to test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from explorer.store import RunStore
+from explorer.trace import Trace
+from tests.browser_support import (
+    CHROMIUM,
+    browser_context,
+    choose,
+    click_run,
+    external,
+    pick_question,
+    set_methods,
+    set_param,
+    shot,
+    start_app,
+    wait_done,
+    wait_ready,
+    write_corpus,
+)
+from tests.ui_payloads import IMG, LINK, SCRIPT
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow,
+              pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                                 reason=f"{CHROMIUM} is missing: `make browser` (apt-get install chromium)")]
+
+DEMO_Q = "What is the seating capacity of the arena where the Lewiston Maineiacs played their home games?"
+EVIL_Q = f"What is the zorblax quintessence? {SCRIPT} {IMG} {LINK}"
+EVIL_PASSAGE = {"id": "evil-0001", "title": f"Zorblax {IMG}",
+                "text": f"The zorblax quintessence is a made-up thing. {SCRIPT} {LINK} {IMG}"}
+HOOK = """
+window.__alerts = [];
+window.alert = (m) => window.__alerts.push(String(m));
+window.confirm = window.prompt = window.alert;
+"""
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("app")
+    corpus = write_corpus(workdir / "corpus.jsonl", [EVIL_PASSAGE])
+    server = start_app(workdir, corpus=str(corpus), name="browser")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def context(app):
+    with browser_context() as ctx:
+        ctx.add_init_script(HOOK)
+        ctx.on("request", lambda r: app.requests.append(r.url))
+        yield ctx
+
+
+@pytest.fixture()
+def page(context, app):
+    page = context.new_page()
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    page.dialogs = dialogs
+    page.goto(app.url)
+    page.wait_for_selector("#question-pick")
+    wait_ready(page)
+    yield page
+    assert page.dialogs == []
+    page.close()
+
+
+def _run_dragin(page, max_length: int = 24) -> None:
+    pick_question(page, "seating capacity")
+    set_methods(page, ["dragin"])
+    set_param(page, "dragin", "max_length", max_length)
+    set_param(page, "dragin", "fewshot", 2)
+    set_param(page, "dragin", "answer_tokens", 8)
+    set_param(page, "dragin", "threshold", 0.3)
+    click_run(page)
+    try:
+        page.wait_for_selector("#run-view .dre-tokens .tok", timeout=120_000)  # tokens while it runs
+        wait_done(page)
+    finally:
+        shot(page, "last-dragin-run")
+
+
+def _open_history(page) -> None:
+    page.locator("#tab-history-button").click()
+    page.wait_for_selector("#history-runs label", timeout=30_000)
+
+
+def _tick(page, text: str, n: int = 1) -> None:
+    labels = page.locator("#history-runs label").filter(has_text=text)
+    for i in range(n):
+        labels.nth(i).click()
+
+
+def test_dragin_run_history_reopen_compare_and_offline_report(page, app, context, tmp_path):
+    _run_dragin(page)
+    view = page.locator("#run-view")
+    assert view.locator("[data-panel=strip] .tok").count() > 5
+    assert view.locator("[data-panel=signal] .dre-plot[data-done='1'] .main-svg").count() >= 1
+    assert view.locator("[data-panel=retrievals] .dre-ret").count() >= 1
+    assert view.locator(".dre-gold, .dre-badge.gold").count() >= 1  # the demo question's gold is shown
+    strip_text = view.locator("[data-panel=strip]").inner_text()
+    assert "Done: 1 run(s) stored" in page.locator("#run-status").inner_text()
+    shot(page, "run-dragin", "#run-view")
+
+    # what-if: a lower θ' fires earlier; the view says it is a replay of the recorded text
+    choose(page, "run-whatif-run", "dragin")
+    theta = page.locator("#run-theta input[type=number]")
+    theta.fill("0.05")
+    theta.press("Enter")
+    page.wait_for_selector("#run-view .dre-whatif", timeout=15_000)
+    assert "recorded generation" in view.locator(".dre-whatif").inner_text()
+    assert view.locator(".tok.whatif").count() >= 1
+    shot(page, "run-whatif", "#run-view")
+
+    # history: the run is stored and reopens exactly as shown
+    _open_history(page)
+    _tick(page, "dragin/paper")
+    page.locator("#history-open").click()
+    page.wait_for_selector("#history-view [data-panel=strip]")
+    assert page.locator("#history-view [data-panel=strip]").inner_text() == strip_text
+    shot(page, "history-reopened")
+
+    # a second method on the same question, then both compared
+    page.locator("#tab-run-button").click()
+    set_methods(page, ["wo"])
+    set_param(page, "wo", "max_length", 16)
+    set_param(page, "wo", "fewshot", 2)
+    click_run(page)
+    wait_done(page)
+    _open_history(page)
+    page.locator("#history-refresh").click()
+    page.wait_for_timeout(500)
+    _tick(page, "dragin/paper")
+    _tick(page, "wo/paper")
+    page.locator("#history-compare").click()
+    page.wait_for_selector("#history-view [data-panel=compare]")
+    wait_done(page, "#history-view", runs=2)
+    assert page.locator("#history-view .dre-compare th").filter(has_text="output diff").count() == 1
+    assert page.locator("#history-view [data-panel=costs] .dre-plot[data-done='1']").count() == 1
+    shot(page, "history-compare")
+
+    # the HTML report of the comparison opens from a file with the network off
+    with page.expect_download() as download:
+        page.locator("#export-html").click()
+        page.wait_for_selector("#history-status:has-text('HTML report')", timeout=60_000)
+        page.locator("#export-file a").first.click(timeout=30_000)
+    report = tmp_path / "report.html"
+    download.value.save_as(report)
+    seen: list[str] = []
+    context.set_offline(True)
+    try:
+        offline = context.new_page()
+        offline.on("request", lambda r: seen.append(r.url))
+        offline.goto(report.as_uri())
+        offline.wait_for_selector(".dre-plot[data-done='1'] .main-svg", timeout=30_000)
+        assert offline.locator(".dre-run").count() == 2
+        assert offline.locator("[data-panel=compare]").count() == 1
+        shot(offline, "report-offline")
+        offline.close()
+    finally:
+        context.set_offline(False)
+    assert external(seen, report.as_uri()) == []
+    assert external(app.requests, app.url) == [], "the app loaded something from outside"
+
+
+def test_history_tag_rename_search_export_and_delete(page, app, tmp_path):
+    store = RunStore(app.db)
+    if not store.list(limit=1):
+        pytest.skip("needs a stored run from the previous test")
+    _open_history(page)
+    first = page.locator("#history-runs label").first
+    first.click()
+    page.locator("#history-tags input, #history-tags textarea").first.fill("keep, demo")
+    page.locator("#history-tag-add").click()
+    page.wait_for_selector("#history-status:has-text('Tagged 1 run')")
+    page.locator("#history-runs label").first.click() if not page.locator("#history-runs input").first.is_checked() \
+        else None
+    page.locator("#history-name input, #history-name textarea").first.fill("my <b>favourite</b>")
+    page.locator("#history-rename").click()
+    page.wait_for_selector("#history-status:has-text('Renamed')")
+    page.locator("#history-tag input, #history-tag textarea").first.fill("keep")
+    page.locator("#history-refresh").click()
+    page.wait_for_timeout(800)
+    labels = page.locator("#history-runs label")
+    assert labels.count() == 1 and "my <b>favourite</b>" in labels.first.inner_text() and "#keep" in \
+        labels.first.inner_text()
+    with page.expect_download() as download:
+        page.locator("#export-csv").click()
+        page.wait_for_selector("#history-status:has-text('CSV')")
+        page.locator("#export-file a").first.click(timeout=30_000)
+    csv_path = tmp_path / "history.csv"
+    download.value.save_as(csv_path)
+    lines = csv_path.read_text().splitlines()
+    assert lines[0].startswith("run_id,") and len(lines) == 2 and "keep" in lines[1]
+    run_id = lines[1].split(",")[0]
+    page.locator("#history-runs label").first.click()
+    with page.expect_download() as download:
+        page.locator("#export-json").click()
+        page.wait_for_selector("#history-status:has-text('Trace of run')")
+        page.locator("#export-file a").first.click(timeout=30_000)
+    json_path = tmp_path / "trace.json"
+    download.value.save_as(json_path)
+    assert Trace.from_json(json_path.read_text()).to_dict() == store.get(run_id).to_dict()
+    page.locator("#history-tag input, #history-tag textarea").first.fill("")
+    page.locator("#history-refresh").click()
+    page.wait_for_timeout(800)
+    before = len(store.list())
+    page.locator("#history-runs label").first.click()
+    page.locator("#history-delete").click()
+    page.wait_for_selector("#history-status:has-text('Deleted 1 run')")
+    assert len(store.list()) == before - 1
+
+
+def test_html_and_js_payloads_from_the_user_and_the_corpus_show_as_text(page, app, context, tmp_path):
+    choose(page, "question-source", "Type your own")
+    page.locator("#question textarea").fill(EVIL_Q)
+    set_methods(page, ["sr"])
+    set_param(page, "sr", "max_length", 8)
+    set_param(page, "sr", "fewshot", 1)
+    set_param(page, "sr", "answer_tokens", 4)
+    click_run(page)
+    wait_done(page)
+    view = page.locator("#run-view")
+    assert SCRIPT in view.locator(".dre-question").inner_text()  # the question, as text
+    passage = view.locator(".dre-hit").filter(has_text="Zorblax").first
+    assert IMG in passage.inner_text()
+    passage.locator("summary").click()
+    assert SCRIPT in passage.locator(".dre-passage").inner_text()
+    shot(page, "payloads-as-text", "#run-view")
+    _open_history(page)
+    label = page.locator("#history-runs label").filter(has_text="zorblax").first
+    assert "<script>window.__pwned" in label.inner_text()  # the history list shows it as text too
+    label.click()
+    page.locator("#history-open").click()
+    page.wait_for_selector("#history-view .dre-run")
+    with page.expect_download() as download:
+        page.locator("#export-html").click()
+        page.wait_for_selector("#history-status:has-text('HTML report')", timeout=60_000)
+        page.locator("#export-file a").first.click(timeout=30_000)
+    report = tmp_path / "evil.html"
+    download.value.save_as(report)
+    checks = [page]
+    rpage = context.new_page()
+    rpage.on("dialog", lambda d: (page.dialogs.append("report: " + d.message), d.dismiss()))
+    rpage.goto(report.as_uri())
+    rpage.wait_for_selector(".dre-plot[data-done='1']", timeout=30_000)
+    assert SCRIPT in rpage.locator(".dre-question").inner_text()
+    checks.append(rpage)
+    for p in checks:
+        assert p.evaluate("window.__pwned") is None
+        assert p.evaluate("window.__alerts") == []
+        assert p.locator(".dre-root img, .dre-root script, .dre-root iframe").count() == 0
+        assert p.locator("a[href^='javascript:'], [onerror], [onclick]").count() == 0
+    rpage.close()
+
+
+def test_two_runs_started_together_are_both_stored_intact(page, app):
+    """A browser run and two scripted runs at once: the queue serialises them, nothing mixes."""
+    from gradio_client import Client
+
+    client = Client(app.url, verbose=False)
+    pick_question(page, "seating capacity")
+    set_methods(page, ["wo"])
+    set_param(page, "wo", "max_length", 8)
+    set_param(page, "wo", "fewshot", 1)
+    results: dict[str, object] = {}
+
+    def scripted(key: str, question: str) -> None:
+        try:
+            results[key] = client.predict(question, "sr", "", '{"max_length": 8, "fewshot": 1, "answer_tokens": 4}',
+                                          api_name="/run")
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            results[key] = exc
+
+    threads = [threading.Thread(target=scripted, args=(k, q)) for k, q in
+               (("a", "Who designed the Apple I?"), ("b", "Where was Mozart born?"))]
+    click_run(page)
+    for t in threads:
+        t.start()
+    wait_done(page)
+    for t in threads:
+        t.join(timeout=240)
+    assert all(isinstance(r, dict) and r["status"] == "complete" for r in results.values()), results
+    browser_run = page.locator("#run-view .dre-run").get_attribute("data-run")
+    assert page.locator("#run-view .dre-question").inner_text() == DEMO_Q  # its own question, not a script's
+    store = RunStore(app.db)
+    for run_id, question in ((results["a"]["run_id"], "Who designed the Apple I?"),
+                             (results["b"]["run_id"], "Where was Mozart born?"), (browser_run, DEMO_Q)):
+        trace = store.get(run_id)
+        trace.validate()
+        assert trace.question == question and trace.status == "complete"
+        fetched = Trace.from_dict(client.predict(run_id, api_name="/fetch_run"))
+        assert fetched.to_dict() == trace.to_dict()
+
+
+def test_cancel_stops_the_run_and_stores_it_as_cancelled(page, app):
+    pick_question(page, "Inception born")
+    set_methods(page, ["dragin"])
+    set_param(page, "dragin", "max_length", 300)
+    click_run(page)
+    page.wait_for_selector("#run-view .dre-tokens .tok", timeout=120_000)
+    page.locator("#cancel").click()
+    page.wait_for_function("document.querySelector('#run-status').innerText.includes('Cancelled')", timeout=60_000)
+    run_id = page.locator("#run-view .dre-run").get_attribute("data-run")
+    assert page.locator("#run-view .dre-run").get_attribute("data-status") == "cancelled"
+    trace = RunStore(app.db).get(run_id)
+    assert trace.status == "cancelled" and "Inception" in trace.question
+    shot(page, "cancelled", "#run-view")
+
+
+def test_bad_parameters_and_empty_question_give_specific_messages(page):
+    status = page.locator("#run-status")
+    pick_question(page, "seating capacity")
+    set_methods(page, ["dragin"])
+    set_param(page, "dragin", "threshold", -1)
+    click_run(page)
+    page.wait_for_selector("#run-status .dre-error")
+    text = status.inner_text()
+    assert "DraginConfig.threshold: -1.0 is out of range" in text and "Fix:" in text
+    set_param(page, "dragin", "threshold", 0.3)
+    set_param(page, "dragin", "top_k", 2.5)
+    click_run(page)
+    page.wait_for_function("document.querySelector('#run-status').innerText.includes('not a valid int')")
+    set_param(page, "dragin", "top_k", 3)
+    choose(page, "question-source", "Type your own")
+    page.locator("#question textarea").fill("   ")
+    click_run(page)
+    page.wait_for_function("document.querySelector('#run-status').innerText.includes('the question is empty')")
+    set_methods(page, [])
+    page.locator("#question textarea").fill("Who?")
+    click_run(page)
+    page.wait_for_function("document.querySelector('#run-status').innerText.includes('no method is selected')")
+    shot(page, "bad-input", "#run-status")
+    body = page.locator("body").inner_text()
+    assert "Traceback" not in body and "Error" not in page.locator("#run-view").inner_text()
+
+
+def test_killing_the_server_mid_run_leaves_the_database_sound(context, tmp_path):
+    from gradio_client import Client
+
+    server = start_app(tmp_path, name="crash")
+    try:
+        client = Client(server.url, verbose=False)
+        done = client.predict("Where was Mozart born?", "wo", "", '{"max_length": 8, "fewshot": 1}', api_name="/run")
+        assert done["status"] == "complete"
+        page = context.new_page()
+        page.goto(server.url)
+        page.wait_for_selector("#question-pick")
+        wait_ready(page)
+        pick_question(page, "seating capacity")
+        set_methods(page, ["dragin"])
+        set_param(page, "dragin", "max_length", 200)
+        click_run(page)
+        page.wait_for_selector("#run-view .dre-tokens .tok", timeout=120_000)  # the model is writing now
+        os.kill(server.proc.pid, signal.SIGKILL)
+        server.proc.wait(timeout=30)
+        assert page.locator("#run-view .dre-root").get_attribute("data-busy") == "1"  # it never finished
+        page.close()
+    finally:
+        server.stop()
+    with sqlite3.connect(server.db) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    store = RunStore(server.db)
+    assert [r["run_id"] for r in store.list()] == [done["run_id"]]
+    trace = store.get(done["run_id"])
+    trace.validate()
+    assert trace.status == "complete" and trace.answer == done["answer"]
