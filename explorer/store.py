@@ -146,6 +146,36 @@ class RunStore:
         with self._db() as db, db.conn:
             db["evaluations"].update(name, {"status": status})
 
+    def update_evaluation(self, name: str, *, settings: dict[str, Any] | None = None,
+                          status: str | None = None) -> None:
+        """Replace a named evaluation's settings and/or status (a resumed evaluation that grew more methods)."""
+        changes: dict[str, Any] = {}
+        if settings is not None:
+            changes["settings"] = json.dumps(settings)
+        if status is not None:
+            changes["status"] = status
+        if not changes:
+            return
+        with self._db() as db, db.conn:
+            if db["evaluations"].count_where("name = ?", [name]) == 0:
+                raise ExplorerError(f"no evaluation named {name!r}", where=str(self.path),
+                                    fix="start it first (python -m explorer eval --name ...)")
+            db["evaluations"].update(name, changes)
+
+    def discard_incomplete(self, evaluation: str) -> int:
+        """Delete an evaluation's runs that did not complete (errors, cancels) before a resume redoes them.
+
+        Without this a resumed evaluation would hold two runs for the same question and method.
+        Returns how many runs were deleted.
+        """
+        with self._db() as db, db.conn:
+            ids = [r[0] for r in db.execute(
+                "SELECT run_id FROM runs WHERE evaluation = ? AND status != 'complete'", [evaluation])]
+            for run_id in ids:
+                db.execute("DELETE FROM tags WHERE run_id = ?", [run_id])
+                db["runs"].delete(run_id)
+        return len(ids)
+
     # -- reading ----------------------------------------------------------------------------------
     def _require(self, run_id: str) -> None:
         with self._db() as db:
@@ -205,9 +235,36 @@ class RunStore:
                 "SELECT dataset, question_id, method, variant FROM runs WHERE evaluation = ? AND status = 'complete'",
                 [evaluation])}
 
+    def run_configs(self, evaluation: str) -> set[tuple[str, str, str, str, str]]:
+        """Like :meth:`run_keys`, with the run's config (sorted-key JSON) as a fifth element.
+
+        A threshold sweep runs the same method and variant on the same question once per value,
+        so only the config tells those runs apart.
+        """
+        with self._db() as db:
+            return {tuple(r) for r in db.execute(
+                "SELECT dataset, question_id, method, variant, config FROM runs "
+                "WHERE evaluation = ? AND status = 'complete'", [evaluation])}
+
     def evaluations(self) -> list[dict[str, Any]]:
         with self._db() as db:
             return list(db["evaluations"].rows_where(order_by="created_at desc"))
+
+    def evaluation(self, name: str) -> dict[str, Any] | None:
+        """One evaluation's row with its settings decoded and its run counts, or None when there is none."""
+        with self._db() as db:
+            rows = list(db["evaluations"].rows_where("name = ?", [name]))
+            if not rows:
+                return None
+            row = dict(rows[0])
+            counts = dict(db.execute("SELECT status, COUNT(*) FROM runs WHERE evaluation = ? GROUP BY status",
+                                     [name]).fetchall())
+        try:
+            row["settings"] = json.loads(row.get("settings") or "{}")
+        except ValueError:
+            row["settings"] = {}
+        row["runs"] = counts
+        return row
 
     def traces(self, *, evaluation: str) -> Iterator[tuple[dict[str, Any], Trace]]:
         """Every run of an evaluation with its trace, for metrics and reports."""

@@ -255,6 +255,11 @@ def _dataset_name(name: str) -> str:
     return key
 
 
+def canonical_name(name: str) -> str:
+    """The dataset's registered name for any accepted spelling ("hotpot" -> "hotpotqa"); unknown names fail."""
+    return _dataset_name(name)
+
+
 def default_path(name: str, data_dir: Path | None = None) -> Path:
     key = _dataset_name(name)
     if key == "demo":

@@ -1,0 +1,460 @@
+"""Running methods over benchmark questions into one named, resumable evaluation in the run store.
+
+An evaluation is a name in the store's ``evaluations`` table plus the runs stored under it. Each
+run is an ordinary trace (the same one ``explorer run`` and the app produce, from
+:func:`~explorer.methods.base.run_question`), with ``trace.gold`` holding what scoring and the
+explorer need about the question::
+
+    {"dataset": "hotpotqa", "id": "5a8b57f2...", "type": "bridge",
+     "answers": ["main answer", "alias", ...], "gold_passages": ["<benchmark corpus passage id>", ...]}
+
+so a single case opened from an evaluation shows its gold passages, and metrics are computed from
+stored traces alone (:mod:`explorer.eval.scores`).
+
+What makes long evaluations safe on a shared machine:
+
+- the model and the index are opened once; questions go through one at a time;
+- finished runs are written in batches, each batch one transaction, and at the end; an interrupt
+  (Ctrl-C or any exception) writes the finished runs still pending and marks the evaluation
+  ``interrupted``; a process killed outright loses at most the runs of one unwritten batch;
+- a rerun under the same name skips every (dataset, question, method, variant, config) already
+  stored as complete, so it resumes, and it may add datasets, methods or questions;
+- each run is seeded from the evaluation seed and the run's own key, so a run's result does not
+  depend on which runs came before it: a resumed evaluation equals an uninterrupted one.
+
+Configs: an arm keeps the values the user set; everything else comes from the method's defaults
+and the model's preset (:mod:`explorer.methods.presets`), exactly as ``run_question`` resolves
+them, so an evaluation runs what ``explorer run`` would. The resolved config of every arm is
+stored with the evaluation; a resume whose defaults or presets have changed since is refused
+with the difference, instead of mixing two configs under one method.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from explorer.errors import ConfigError, ExplorerError
+from explorer.eval.datasets import Question, canonical_name, load_dataset
+from explorer.methods.base import Runtime, get_method, make_config, run_question
+from explorer.methods.presets import preset_for
+from explorer.trace import Trace
+
+RESERVED_FIELDS = ("seed",)
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One configured method of an evaluation: method, variant and the config values the user set."""
+
+    method: str
+    variant: str
+    given: dict[str, Any]
+
+    def __hash__(self) -> int:
+        return hash((self.method, self.variant, json.dumps(self.given, sort_keys=True)))
+
+    @property
+    def name(self) -> str:
+        return self.method if self.variant == get_method(self.method).variants[0] else f"{self.method}:{self.variant}"
+
+    def resolve(self, model_name: str) -> dict[str, Any]:
+        """The full config a run of this arm records on ``model_name``: defaults < model preset < given."""
+        values = {**preset_for(model_name, self.method, self.variant), **self.given}
+        return make_config(self.method, values).to_dict()
+
+
+def config_key(config: dict[str, Any]) -> str:
+    """A config as the store keeps it (sorted-key JSON), which is how resumes recognise a run."""
+    return json.dumps(config, sort_keys=True)
+
+
+@dataclass
+class EvalSettings:
+    """Everything that defines an evaluation's runs; stored with it and checked when it is resumed."""
+
+    name: str
+    datasets: list[str]
+    arms: list[Arm]
+    limit: int | None = None
+    model: str = "embedded"
+    corpus: str = "benchmark"
+    dtype: str = "float32"
+    device: str = "cpu"
+    seed: int = 0
+    data_dir: str | None = None
+    sweep: dict[str, Any] | None = None
+    batch_size: int = 8
+
+    def identity(self) -> dict[str, Any]:
+        """What must not change between a run and its resume (runs made otherwise would not be comparable)."""
+        return {"model": self.model, "corpus": self.corpus, "dtype": self.dtype, "device": self.device,
+                "seed": self.seed}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.identity(), "datasets": {d: {"limit": self.limit} for d in self.datasets},
+                "arms": [{"method": a.method, "variant": a.variant, "set": a.given} for a in self.arms],
+                "sweep": self.sweep, "data_dir": self.data_dir}
+
+
+# --- parsing what users type ----------------------------------------------------------------------
+
+
+def parse_list(text: str | Iterable[str], what: str) -> list[str]:
+    items = text.split(",") if isinstance(text, str) else [p for t in text for p in t.split(",")]
+    out = [i.strip() for i in items if i.strip()]
+    if not out:
+        raise ConfigError(f"no {what} given", where=f"--{what}", fix=f"give one or more {what}, comma separated")
+    return list(dict.fromkeys(out))
+
+
+def build_arms(methods: Iterable[str], *, settings: Iterable[str] = (), variants: Iterable[str] = (),
+               seed: int = 0) -> list[Arm]:
+    """Arms from ``--methods wo,dragin[:reference]``, ``--set [method.]param=value`` and ``--variant method=v``.
+
+    ``--set param=value`` without a method applies to every listed method whose config has that
+    field (and is an error when none has it), which is how one caps generation length everywhere.
+    A method whose config has a ``seed`` field gets the evaluation seed unless it is set.
+    """
+    entries: list[tuple[str, str | None]] = []
+    for item in methods:
+        method, _, variant = item.partition(":")
+        entries.append((method.strip(), variant.strip() or None))
+    known = {m for m, _ in entries}
+    for m in known:
+        get_method(m)  # unknown method: clear error before anything loads
+    chosen_variant: dict[str, str] = {}
+    for item in variants:
+        method, sep, variant = item.partition("=")
+        if not sep or not variant.strip():
+            raise ConfigError(f"{item!r} is not of the form method=variant", where="--variant",
+                              fix="write e.g. --variant dragin=reference")
+        if method.strip() not in known:
+            raise ConfigError(f"--variant names {method.strip()!r}, which is not among the methods",
+                              where="--variant", fix=f"use one of {', '.join(sorted(known))}")
+        chosen_variant[method.strip()] = variant.strip()
+    per_method: dict[str, dict[str, str]] = {m: {} for m in known}
+    for item in settings:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"{item!r} is not of the form [method.]name=value", where="--set",
+                              fix="write e.g. --set dragin.threshold=0.5 or --set max_length=32")
+        target, dot, param = name.strip().rpartition(".")
+        if dot:
+            if target not in known:
+                raise ConfigError(f"--set names method {target!r}, which is not among the methods", where="--set",
+                                  fix=f"use one of {', '.join(sorted(known))}")
+            per_method[target][param] = value
+            continue
+        takers = [m for m in known if param in _field_names(m)]
+        if not takers:
+            raise ConfigError(f"no listed method has a parameter {param!r}", where="--set",
+                              fix="see `python -m explorer explain METHOD` for each method's parameters")
+        for m in takers:
+            per_method[m].setdefault(param, value)
+    arms: list[Arm] = []
+    for method, variant in entries:
+        values: dict[str, Any] = dict(per_method[method])
+        if "seed" in _field_names(method) and "seed" not in values:
+            values["seed"] = seed
+        cfg = make_config(method, values).to_dict()  # a bad value fails here, before any model loads
+        given = {k: cfg[k] for k in values}  # typed ("0.5" -> 0.5)
+        cls = get_method(method)
+        variant = variant or chosen_variant.get(method) or cls.variants[0]
+        if variant not in cls.variants:
+            raise ConfigError(f"method {method} has no variant {variant!r}", where="--variant",
+                              fix=f"choose one of {', '.join(cls.variants)}")
+        arm = Arm(method, variant, given)
+        if arm not in arms:
+            arms.append(arm)
+    return arms
+
+
+def _field_names(method: str) -> set[str]:
+    from dataclasses import fields
+
+    return {f.name for f in fields(get_method(method).Config)}
+
+
+def default_name(datasets: list[str], limit: int | None, model: str, corpus: str) -> str:
+    """A name that is the same for the same question set, so a plain rerun resumes (methods can be added)."""
+    model_part = model if "/" not in model else model.rstrip("/").rsplit("/", 1)[-1]
+    return f"{'+'.join(datasets)}-{'all' if limit is None else limit}-{model_part}-{corpus}"
+
+
+# --- resuming -------------------------------------------------------------------------------------
+
+
+def _check_identity(stored: dict[str, Any], settings: EvalSettings) -> None:
+    for key, value in settings.identity().items():
+        if key in stored and stored[key] != value:
+            raise ExplorerError(f"evaluation {settings.name!r} was run with {key}={stored[key]!r}, "
+                                f"this run asks for {key}={value!r}",
+                                fix="use the settings the evaluation was started with, or a new --name")
+
+
+def _merge(stored: dict[str, Any] | None, settings: EvalSettings, resolved: dict[Arm, dict[str, Any]],
+           model_name: str) -> dict[str, Any]:
+    """The evaluation's settings after this run: old and new arms and datasets together.
+
+    Refuses an arm whose resolved config differs from the one the evaluation already ran for the
+    same method and variant (other than a sweep's parameter), naming each differing value.
+    """
+    new_arms = [{"method": a.method, "variant": a.variant, "set": a.given, "config": resolved[a]}
+                for a in settings.arms]
+    if stored is None:
+        merged = settings.to_dict()
+        merged.update(arms=new_arms, model_name=model_name)
+        return merged
+    swept = (stored.get("sweep") or {}).get("param")
+    old_arms = list(stored.get("arms") or [])
+    for arm in new_arms:
+        for old in old_arms:
+            if (old.get("method"), old.get("variant")) != (arm["method"], arm["variant"]):
+                continue
+            a = {k: v for k, v in arm["config"].items() if k != swept}
+            b = {k: v for k, v in (old.get("config") or {}).items() if k != swept}
+            if a != b:
+                diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+                shown = ", ".join(f"{k}: {b.get(k)!r} -> {a.get(k)!r}" for k in diff)
+                keep = " ".join(f"--set {arm['method']}.{k}={b[k]}" for k in diff if k in b)
+                raise ExplorerError(
+                    f"evaluation {settings.name!r} ran {arm['method']} ({arm['variant']}) with another config "
+                    f"({shown})", fix="use a new --name" + (f", or continue with the old values: {keep}" if keep
+                                                             else ""))
+    merged = dict(stored)
+    merged.update(settings.identity())
+    merged["model_name"] = model_name
+    merged["arms"] = old_arms + [a for a in new_arms if a not in old_arms]
+    datasets = dict(stored.get("datasets") or {})
+    for d in settings.datasets:
+        old_limit = (datasets.get(d) or {}).get("limit", 0)
+        limit = None if settings.limit is None or old_limit is None else max(old_limit, settings.limit)
+        datasets[d] = {"limit": limit}
+    merged["datasets"] = datasets
+    sweep = stored.get("sweep") or settings.sweep
+    if stored.get("sweep") and settings.sweep and stored["sweep"].get("param") == settings.sweep.get("param"):
+        values = list(stored["sweep"].get("values") or [])
+        sweep = {**stored["sweep"], "values": values + [v for v in settings.sweep.get("values") or []
+                                                        if v not in values]}
+    merged["sweep"] = sweep
+    merged.setdefault("data_dir", settings.data_dir)
+    return merged
+
+
+def run_seed(seed: int, dataset: str, question_id: str, arm: Arm) -> int:
+    """A per-run seed from the evaluation seed and the run's key, independent of run order."""
+    key = json.dumps([seed, dataset, question_id, arm.method, arm.variant, config_key(arm.given)])
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big")
+
+
+def _seed_everything(value: int) -> None:
+    import numpy as np
+    import torch
+
+    random.seed(value)
+    np.random.seed(value)
+    torch.manual_seed(value)
+
+
+def gold_of(question: Question) -> dict[str, Any]:
+    return {"dataset": question.dataset, "id": question.id, "type": question.type, "answers": list(question.answers),
+            "gold_passages": list(question.gold_passages)}
+
+
+# --- running --------------------------------------------------------------------------------------
+
+
+@dataclass
+class EvalResult:
+    """What one invocation did: runs made now, runs skipped as already stored, and its final status."""
+
+    name: str
+    ran: int = 0
+    skipped: int = 0
+    errors: int = 0
+    status: str = "running"
+    error_messages: list[str] = field(default_factory=list)
+
+
+class _Tally:
+    """Running per-arm EM/F1 (or accuracy) for the progress bar, from each run's own scores."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, dict[str, float]] = {}
+
+    def add(self, arm_name: str, trace: Trace) -> None:
+        from explorer.eval.scores import score_trace
+
+        s = score_trace(trace)
+        t = self.sums.setdefault(arm_name, {"n": 0, "em": 0.0, "f1": 0.0, "nq": 0, "acc": 0.0, "na": 0})
+        t["n"] += 1
+        if s["em"] is not None:
+            t["em"] += s["em"]
+            t["f1"] += s["f1"]
+            t["nq"] += 1
+        if s["accuracy"] is not None:
+            t["acc"] += s["accuracy"]
+            t["na"] += 1
+
+    def text(self) -> str:
+        parts = []
+        for name, t in self.sums.items():
+            bits = []
+            if t["nq"]:
+                bits.append(f"EM {t['em'] / t['nq']:.2f} F1 {t['f1'] / t['nq']:.2f}")
+            if t["na"]:
+                bits.append(f"acc {t['acc'] / t['na']:.2f}")
+            parts.append(f"{name} {' '.join(bits)}")
+        return " | ".join(parts)
+
+
+def _error_trace(question: Question, arm: Arm, config: dict[str, Any], runtime: Runtime,
+                 exc: BaseException) -> Trace:
+    """The record of a run that crashed with an unexpected exception, so one bad case does not end hours of work."""
+    fingerprint = runtime.engine.fingerprint() if hasattr(runtime.engine, "fingerprint") else {}
+    return Trace(question=question.question, method=arm.method, variant=arm.variant, config=dict(config),
+                 model=fingerprint, corpus=dict(runtime.corpus), gold=gold_of(question), status="error",
+                 error=f"{type(exc).__name__}: {exc}")
+
+
+def run_evaluation(settings: EvalSettings, store: Any, *, runtime: Runtime | None = None,
+                   on_run: Callable[[Trace], None] | None = None, show_progress: bool = True,
+                   progress: Callable[[str], None] | None = None) -> EvalResult:
+    """Run every arm on every question not yet stored as complete under ``settings.name``.
+
+    ``runtime`` defaults to :func:`explorer.runtime.open_runtime` of the settings' model and
+    corpus (opened once, and only when something is left to run). ``on_run`` is called after
+    each run with its trace (after it is queued for writing); an exception from it interrupts
+    the evaluation exactly as Ctrl-C does.
+    """
+    say = progress or (lambda m: print(m, file=sys.stderr, flush=True))
+    if not settings.arms:
+        raise ConfigError("no methods to run", where="--methods", fix="give one or more methods")
+    settings.datasets = list(dict.fromkeys(canonical_name(d) for d in settings.datasets))
+    questions: dict[str, list[Question]] = {
+        d: load_dataset(d, limit=settings.limit, data_dir=settings.data_dir) for d in settings.datasets}
+    existing = store.evaluation(settings.name)
+    stored = existing["settings"] if existing else None
+    if stored is not None:
+        _check_identity(stored, settings)
+
+    def open_rt() -> Runtime:
+        from explorer.runtime import open_runtime
+
+        return open_runtime(settings.model, settings.corpus, dtype=settings.dtype, device=settings.device,
+                            progress=say)
+
+    # Configs resolve against the model's name (its preset); a resume that has nothing left to do
+    # takes the name from the stored settings and never loads the model.
+    model_name = (stored or {}).get("model_name")
+    if runtime is None and model_name is None:
+        runtime = open_rt()
+    if runtime is not None:
+        model_name = _model_name(runtime, (stored or {}).get("model_name"), settings)
+    resolved = {arm: arm.resolve(model_name) for arm in settings.arms}
+    stored_settings = _merge(stored, settings, resolved, model_name)
+    store.start_evaluation(settings.name, stored_settings)
+    store.update_evaluation(settings.name, settings=stored_settings, status="running")
+    store.discard_incomplete(settings.name)
+    done = store.run_configs(settings.name)
+    keys = {arm: config_key(resolved[arm]) for arm in settings.arms}
+    # Question by question, alternating datasets, so a run stopped early has covered every dataset evenly.
+    depth = max((len(qs) for qs in questions.values()), default=0)
+    todo = [(d, questions[d][i], arm) for i in range(depth) for d in settings.datasets if i < len(questions[d])
+            for arm in settings.arms
+            if (d, questions[d][i].id, arm.method, arm.variant, keys[arm]) not in done]
+    total = sum(len(qs) for qs in questions.values()) * len(settings.arms)
+    result = EvalResult(name=settings.name, skipped=total - len(todo))
+    tally = _Tally()
+    names = {arm: arm.name if len({a.method for a in settings.arms}) == len(settings.arms) else _arm_label(arm)
+             for arm in settings.arms}
+    if result.skipped:
+        _tally_stored(store, settings, questions, names, keys, tally)
+    if not todo:
+        store.update_evaluation(settings.name, status="complete")
+        result.status = "complete"
+        return result
+    if runtime is None:
+        runtime = open_rt()
+        _model_name(runtime, model_name, settings)
+    pending: list[tuple[str, str, Trace]] = []
+
+    def flush() -> None:
+        for dataset in dict.fromkeys(d for d, _, _ in pending):
+            batch = [(q, t) for d, q, t in pending if d == dataset]
+            store.save_many([t for _, t in batch], evaluation=settings.name, dataset=dataset,
+                            question_ids=[q for q, _ in batch])
+        pending.clear()
+
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, initial=result.skipped, unit="run", desc=settings.name, disable=not show_progress,
+               dynamic_ncols=True, file=sys.stderr)
+    if result.skipped:
+        bar.set_postfix_str(tally.text(), refresh=False)
+    try:
+        for dataset, question, arm in todo:
+            _seed_everything(run_seed(settings.seed, dataset, question.id, arm))
+            try:
+                # The given values as a dict, so run_question applies the model's preset and notes it.
+                trace = run_question(arm.method, question.question, runtime, variant=arm.variant,
+                                     config=dict(arm.given), gold=gold_of(question))
+            except Exception as exc:  # a crash in one method on one question must not lose the evaluation
+                trace = _error_trace(question, arm, resolved[arm], runtime, exc)
+            if trace.status != "complete":
+                result.errors += 1
+                message = f"{dataset} {question.id} {names[arm]}: {trace.error}"
+                result.error_messages.append(message)
+                bar.write(f"run failed: {message}")
+            pending.append((dataset, question.id, trace))
+            result.ran += 1
+            tally.add(names[arm], trace)
+            bar.set_postfix_str(tally.text(), refresh=False)
+            bar.update(1)
+            if len(pending) >= settings.batch_size:
+                flush()
+            if on_run is not None:
+                on_run(trace)
+        flush()
+    except BaseException:
+        flush()
+        store.update_evaluation(settings.name, status="interrupted")
+        result.status = "interrupted"
+        bar.close()
+        raise
+    bar.close()
+    store.update_evaluation(settings.name, status="complete")
+    result.status = "complete"
+    return result
+
+
+def _model_name(runtime: Runtime, expected: str | None, settings: EvalSettings) -> str:
+    name = str(runtime.engine.fingerprint().get("name", ""))
+    if expected is not None and name != expected:
+        raise ExplorerError(f"evaluation {settings.name!r} ran on model {expected!r}, but {settings.model!r} now "
+                            f"loads {name!r}",
+                            fix="point --model at the model the evaluation used, or use a new --name")
+    return name
+
+
+def _arm_label(arm: Arm) -> str:
+    """A short progress-bar name for arms of one method that differ in config (a sweep)."""
+    changed = [f"{k}={v}" for k, v in sorted(arm.given.items()) if k not in RESERVED_FIELDS]
+    return f"{arm.name}[{','.join(changed)}]" if changed else arm.name
+
+
+def _tally_stored(store: Any, settings: EvalSettings, questions: dict[str, list[Question]], names: dict[Arm, str],
+                  keys: dict[Arm, str], tally: _Tally) -> None:
+    """Start the progress bar's running metrics from the runs a resume skips."""
+    by_key = {(a.method, a.variant, keys[a]): a for a in settings.arms}
+    wanted = {(d, q.id) for d, qs in questions.items() for q in qs}
+    for row, trace in store.traces(evaluation=settings.name):
+        arm = by_key.get((trace.method, trace.variant, config_key(trace.config)))
+        if arm is not None and trace.status == "complete" and (row["dataset"], row["question_id"]) in wanted:
+            tally.add(names[arm], trace)

@@ -1,0 +1,281 @@
+"""The app's Evaluations tab: pick a stored evaluation, read its tables and charts, drill into single cases.
+
+The flow is table -> cell -> question -> trace: clicking a cell (a method on a dataset) lists that
+cell's questions with their answers and scores; clicking a question hands its run id to the app's
+callback, which opens the trace in the explorer. Everything shown is read from the run store
+through :mod:`explorer.eval.scores` and :mod:`explorer.eval.report`, the same code the
+``report`` command uses, so the tab and the written report always agree.
+
+The pure functions (``evaluation_choices``, ``load_view``, ``table_frame``, ``cell_from_select``,
+``question_list``, ``run_id_at``) hold all the logic and are tested without a browser; the Gradio
+wiring in :func:`build_evaluations_tab` only connects them to components.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+
+from explorer.eval.report import (
+    Table,
+    _settings_lines,
+    accuracy_figure,
+    answer_table,
+    cost_table,
+    dataset_title,
+    per_question_rows,
+    recall_table,
+    threshold_figure,
+)
+from explorer.eval.scores import EvaluationScores, score_evaluation
+
+QUESTION_COLUMNS = ["#", "Question id", "Question", "Answer", "Gold", "EM", "F1", "Acc", "Gold recall",
+                    "Retrievals", "LLM calls", "Seconds", "Status"]
+
+
+@dataclass
+class EvaluationView:
+    """Everything the tab shows for one evaluation."""
+
+    name: str
+    header: str
+    scores: EvaluationScores
+    answers: Table
+    costs: Table
+    recall: Table
+    accuracy_plot: Any
+    threshold_plot: Any | None
+
+
+_MARKDOWN_SPECIALS = "\\`*_[]#|~"
+
+
+def _escape(text: Any) -> str:
+    """Text for a Markdown component: HTML-escaped, with Markdown's markup characters backslash-escaped."""
+    marked = "".join("\\" + ch if ch in _MARKDOWN_SPECIALS else ch for ch in str(text))
+    return html.escape(marked, quote=True)
+
+
+def evaluation_choices(store: Any) -> list[tuple[str, str]]:
+    """(shown text, evaluation name) for the picker, newest first, with status and run counts."""
+    out = []
+    for e in store.evaluations():
+        info = store.evaluation(e["name"]) or {}
+        counts = info.get("runs") or {}
+        total = sum(counts.values())
+        failed = total - counts.get("complete", 0)
+        shown = f"{e['name']} · {e.get('status')} · {total} runs" + (f" ({failed} failed)" if failed else "")
+        out.append((shown, e["name"]))
+    return out
+
+
+def load_view(store: Any, name: str, scores: EvaluationScores | None = None) -> EvaluationView | None:
+    """The tables, charts and header of evaluation ``name``; None when the store has no such evaluation."""
+    evaluation = store.evaluation(name)
+    if evaluation is None:
+        return None
+    scores = scores or score_evaluation(store, name)
+    lines = [f"**Evaluation {_escape(name)}**", "", *(f"- {_escape(line[2:])}" for line in _settings_lines(evaluation))]
+    if not scores.runs:
+        lines += ["", "No runs stored yet."]
+    else:
+        lines += ["", "Click a cell of a table to list its questions; click a question to open its trace."]
+    return EvaluationView(name=name, header="\n".join(lines), scores=scores, answers=answer_table(scores),
+                          costs=cost_table(scores), recall=recall_table(scores),
+                          accuracy_plot=accuracy_figure(scores) if scores.runs else None,
+                          threshold_plot=threshold_figure(scores) if scores.runs else None)
+
+
+def table_frame(table: Table):
+    """A table as the pandas DataFrame a ``gr.Dataframe`` shows (cells as plain strings, never HTML)."""
+    import pandas as pd
+
+    return pd.DataFrame([[str(c) for c in row] for row in table.rows], columns=table.columns)
+
+
+def cell_from_select(table: Table, index: Any) -> tuple[str, str] | None:
+    """The (arm label, dataset) of a clicked cell from a select event's ``index`` ([row, col]); None otherwise."""
+    if not isinstance(index, (list, tuple)) or len(index) != 2:
+        return None
+    try:
+        row, col = int(index[0]), int(index[1])
+    except (TypeError, ValueError):
+        return None
+    return table.cell_target(row, col)
+
+
+def _num(value: float | None, digits: int = 3) -> str:
+    return "" if value is None else f"{value:.{digits}f}"
+
+
+def question_list(scores: EvaluationScores, label: str, dataset: str) -> tuple[list[list[str]], list[str]]:
+    """The rows of one cell's per-question list, and the run id behind each row (same order)."""
+    rows, run_ids = [], []
+    for i, r in enumerate(per_question_rows(scores, label, dataset), start=1):
+        rows.append([str(i), r["question_id"], r["question"], r["answer"] or "", r["gold"], _num(r["em"], 0),
+                     _num(r["f1"], 3), _num(r["accuracy"], 0), _num(r["passage_recall"], 2), str(r["retrievals"]),
+                     str(r["llm_calls"]), _num(r["wall_time"], 1), r["status"]])
+        run_ids.append(r["run_id"])
+    return rows, run_ids
+
+
+def cell_caption(label: str, dataset: str, count: int) -> str:
+    return f"**{_escape(label)}** on **{_escape(dataset_title(dataset))}**: {count} questions"
+
+
+def run_id_at(run_ids: Sequence[str], index: Any) -> str | None:
+    """The run id of a clicked question row (``index`` is [row, col] or a row number)."""
+    if isinstance(index, (list, tuple)):
+        index = index[0] if index else None
+    try:
+        row = int(index)
+    except (TypeError, ValueError):
+        return None
+    return run_ids[row] if 0 <= row < len(run_ids) else None
+
+
+@dataclass
+class EvaluationsTab:
+    """The tab's components, for an app that wants to wire more events to them."""
+
+    picker: Any
+    refresh: Any
+    header: Any
+    answers: Any
+    costs: Any
+    recall: Any
+    accuracy_plot: Any
+    threshold_plot: Any
+    cell_caption: Any
+    questions: Any
+    run_id: Any
+    #: ``reload(picker_value)`` re-reads the store; wire it to the page's load event to show fresh runs:
+    #: ``demo.load(tab.reload, inputs=tab.picker, outputs=tab.reload_outputs)``.
+    reload: Callable[..., Any]
+    reload_outputs: list[Any]
+
+
+def build_evaluations_tab(store: Any | Callable[[], Any], open_run: Callable[[str], Any] | None = None, *,
+                          open_outputs: Sequence[Any] | None = None) -> EvaluationsTab:
+    """Build the Evaluations tab's components inside the caller's current Gradio context.
+
+    Call it inside ``with gr.Tab("Evaluations"):`` (or any ``gr.Blocks`` context)::
+
+        tab = build_evaluations_tab(store, open_run, open_outputs=[trace_view, tabs])
+
+    Args:
+        store: the :class:`~explorer.store.RunStore` to read, or a zero-argument callable returning
+            it (so the app can switch databases without rebuilding the tab).
+        open_run: called with a run id when the user clicks a question in a cell's list. Its return
+            value is sent to ``open_outputs`` (one value per component, a tuple when there are
+            several), so it can render the trace and select the explorer's tab.
+        open_outputs: the app's components that ``open_run``'s return value updates; None or empty
+            when the callback returns nothing to show.
+
+    Returns:
+        :class:`EvaluationsTab` with the components; ``run_id`` is a read-only textbox holding the
+        last opened run id, whose ``.change`` event an app may use instead of the callback.
+    """
+    get_store = store if callable(store) and not hasattr(store, "evaluations") else (lambda: store)
+    outputs_extra = list(open_outputs or [])
+    cache: dict[str, tuple[tuple, EvaluationView]] = {}
+
+    def view_of(name: str | None) -> EvaluationView | None:
+        if not name:
+            return None
+        s = get_store()
+        info = s.evaluation(name)
+        if info is None:
+            return None
+        stamp = (str(s.path), tuple(sorted(info["runs"].items())), info.get("status"))
+        cached = cache.get(name)
+        if cached is None or cached[0] != stamp:
+            view = load_view(s, name)
+            if view is None:
+                return None
+            cache[name] = (stamp, view)
+        return cache[name][1]
+
+    choices = evaluation_choices(get_store())
+    first = view_of(choices[0][1]) if choices else None
+    with gr.Row():
+        picker = gr.Dropdown(choices=choices, value=choices[0][1] if choices else None, label="Evaluation",
+                             scale=4, interactive=True)
+        refresh = gr.Button("Refresh", scale=1)
+    header = gr.Markdown(first.header if first else "No evaluations stored yet: run `python -m explorer eval ...`.",
+                         sanitize_html=True)
+    answers = gr.Dataframe(table_frame(first.answers) if first else None, label="Answer quality (click a cell)",
+                           interactive=False, datatype="str", wrap=True)
+    costs = gr.Dataframe(table_frame(first.costs) if first else None, label="Cost per question (click a cell)",
+                         interactive=False, datatype="str", wrap=True)
+    recall = gr.Dataframe(table_frame(first.recall) if first else None, label="Gold passage recall (click a cell)",
+                          interactive=False, datatype="str", wrap=True)
+    with gr.Row():
+        accuracy_plot = gr.Plot(first.accuracy_plot if first else None, label="Answer quality against retrievals")
+        threshold_plot = gr.Plot(first.threshold_plot if first else None, label="Threshold sweep",
+                                 visible=bool(first and first.threshold_plot is not None))
+    caption = gr.Markdown(sanitize_html=True)
+    questions = gr.Dataframe(headers=QUESTION_COLUMNS, label="Questions (click one to open its trace)",
+                             interactive=False, datatype="str", wrap=True)
+    run_ids = gr.State([])
+    run_id = gr.Textbox(label="Opened run", interactive=False)
+
+    def show(name: str | None):
+        view = view_of(name)
+        empty = table_frame(Table("", ["Method"], []))
+        if view is None:
+            message = "No evaluations stored yet: run `python -m explorer eval ...`." if not name else \
+                f"No evaluation named {_escape(name)}."
+            return (message, empty, empty, empty, None, gr.update(value=None, visible=False), "",
+                    table_frame(Table("", QUESTION_COLUMNS, [])), [])
+        return (view.header, table_frame(view.answers), table_frame(view.costs), table_frame(view.recall),
+                view.accuracy_plot, gr.update(value=view.threshold_plot, visible=view.threshold_plot is not None),
+                "", table_frame(Table("", QUESTION_COLUMNS, [])), [])
+
+    shown = [header, answers, costs, recall, accuracy_plot, threshold_plot, caption, questions, run_ids]
+    picker.change(show, inputs=picker, outputs=shown)
+
+    def reload(name: str | None):
+        cache.clear()
+        fresh = evaluation_choices(get_store())
+        names = [v for _, v in fresh]
+        chosen = name if name in names else (names[0] if names else None)
+        return (gr.update(choices=fresh, value=chosen), *show(chosen))
+
+    refresh.click(reload, inputs=picker, outputs=[picker, *shown])
+
+    def pick_cell(which: str):
+        def handler(name: str | None, evt: gr.SelectData):
+            view = view_of(name)
+            if view is None:
+                return gr.update(), gr.update(), gr.update()
+            target = cell_from_select(getattr(view, which), evt.index)
+            if target is None:
+                return gr.update(), gr.update(), gr.update()
+            rows, ids = question_list(view.scores, *target)
+            return (cell_caption(target[0], target[1], len(rows)),
+                    table_frame(Table("", QUESTION_COLUMNS, rows)), ids)
+
+        return handler
+
+    for which, component in (("answers", answers), ("costs", costs), ("recall", recall)):
+        component.select(pick_cell(which), inputs=picker, outputs=[caption, questions, run_ids])
+
+    def pick_question(ids: list[str], evt: gr.SelectData):
+        chosen = run_id_at(ids, evt.index)
+        if chosen is None:
+            return (gr.update(), *(gr.update() for _ in outputs_extra))
+        result = open_run(chosen) if open_run is not None else None
+        if not outputs_extra:
+            return (chosen,)
+        values = result if len(outputs_extra) > 1 else (result,)
+        return (chosen, *values)
+
+    questions.select(pick_question, inputs=run_ids, outputs=[run_id, *outputs_extra])
+    return EvaluationsTab(picker=picker, refresh=refresh, header=header, answers=answers, costs=costs, recall=recall,
+                          accuracy_plot=accuracy_plot, threshold_plot=threshold_plot, cell_caption=caption,
+                          questions=questions, run_id=run_id, reload=reload, reload_outputs=[picker, *shown])
