@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import signal
 import sqlite3
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from explorer.store import RunStore
 from explorer.trace import Trace
 from tests.browser_support import (
     CHROMIUM,
+    ROOT,
     browser_context,
     choose,
     click_run,
@@ -380,3 +383,36 @@ def test_killing_the_server_mid_run_leaves_the_database_sound(context, tmp_path)
     trace = store.get(done["run_id"])
     trace.validate()
     assert trace.status == "complete" and trace.answer == done["answer"]
+
+
+@pytest.mark.slow
+def test_evaluations_tab_goes_from_a_cell_to_a_question_to_its_trace(context, tmp_path):
+    """A stored evaluation: pick it, click a cell of its table, click a question, and its run opens."""
+    db = tmp_path / "evals.sqlite"
+    proc = subprocess.run([sys.executable, "-m", "explorer", "eval", "--dataset", "demo", "--methods", "wo,sr",
+                           "--limit", "2", "--corpus", "demo", "--set", "max_length=8", "--set", "answer_tokens=4",
+                           "--db", str(db), "--name", "tiny-eval", "--quiet"],
+                          capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    server = start_app(tmp_path, name="evals")  # serves tmp_path / "evals.sqlite"
+    try:
+        page = context.new_page()
+        page.goto(server.url)
+        page.wait_for_selector("#question-pick")
+        page.locator("#tab-evaluations-button").click()
+        page.locator("#eval-refresh").click()
+        page.wait_for_function("() => document.querySelector('#eval-pick input').value.includes('tiny-eval')")
+        cells = "#{} .virtual-row [role=gridcell]"
+        page.locator(cells.format("eval-answers")).nth(1).click()  # the first method's score on the demo set
+        page.wait_for_selector(cells.format("eval-questions"), timeout=30_000)
+        cell = page.locator(cells.format("eval-questions")).nth(2)  # the first question's text
+        asked = cell.inner_text().strip()
+        cell.click()
+        page.wait_for_function("() => document.querySelector('#eval-run-id input, #eval-run-id textarea')"
+                               ".value.length > 0", timeout=30_000)
+        page.wait_for_selector("#evaluations-view .dre-tokens", timeout=30_000)
+        assert asked[:40] in page.locator("#evaluations-view").inner_text()
+        shot(page, "evaluations-tab")
+        page.close()
+    finally:
+        server.stop()

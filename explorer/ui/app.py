@@ -25,6 +25,7 @@ from explorer.paths import ASSETS_DIR  # noqa: E402
 from explorer.store import RunStore  # noqa: E402
 from explorer.ui import api, controls, history_tab, questions, viewblock  # noqa: E402
 from explorer.ui.controller import RunController, RuntimeHolder, status_html  # noqa: E402
+from explorer.ui.evaluations import build_evaluations_tab  # noqa: E402
 from explorer.ui.history import Exports, TraceCache  # noqa: E402
 from explorer.ui.html import esc  # noqa: E402
 from explorer.ui.report import EXPLORER_JS, PLOTLY_JS  # noqa: E402
@@ -149,6 +150,16 @@ def build_app(settings: AppSettings) -> gr.Blocks:
                 view = viewblock.build("run", cache, head, '<p class="dre-empty">Pick a question and methods, then '
                                        "press Run. Tokens appear as the model writes them.</p>")
             history_tab.build(store, cache, exports, head)
+            with gr.Tab("Evaluations", id="evaluations", elem_id="tab-evaluations"):
+                evaluations = build_evaluations_tab(store)
+                eval_view = viewblock.build("evaluations", cache, head, '<p class="dre-empty">Pick an evaluation, '
+                                            "a cell of its table, then a question: its run opens here.</p>")
+                evaluations.run_id.change(
+                    lambda run_id, signal: viewblock.after_show(cache, viewblock.Shown([run_id] if run_id else []),
+                                                                signal),
+                    [evaluations.run_id, eval_view.signal],
+                    [eval_view.html, eval_view.state, eval_view.run, eval_view.theta],
+                    api_visibility="private", show_progress="hidden")
             with gr.Tab("How to read", id="help", elem_id="tab-help"):
                 gr.Markdown(HELP.read_text(encoding="utf-8"))
         api.register(controller, store, model_name)

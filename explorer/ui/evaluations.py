@@ -204,12 +204,12 @@ def build_evaluations_tab(store: Any | Callable[[], Any], open_run: Callable[[st
     first = view_of(choices[0][1]) if choices else None
     with gr.Row():
         picker = gr.Dropdown(choices=choices, value=choices[0][1] if choices else None, label="Evaluation",
-                             scale=4, interactive=True)
-        refresh = gr.Button("Refresh", scale=1)
+                             scale=4, interactive=True, elem_id="eval-pick")
+        refresh = gr.Button("Refresh", scale=1, elem_id="eval-refresh")
     header = gr.Markdown(first.header if first else "No evaluations stored yet: run `python -m explorer eval ...`.",
                          sanitize_html=True)
     answers = gr.Dataframe(table_frame(first.answers) if first else None, label="Answer quality (click a cell)",
-                           interactive=False, datatype="str", wrap=True)
+                           interactive=False, datatype="str", wrap=True, elem_id="eval-answers")
     costs = gr.Dataframe(table_frame(first.costs) if first else None, label="Cost per question (click a cell)",
                          interactive=False, datatype="str", wrap=True)
     recall = gr.Dataframe(table_frame(first.recall) if first else None, label="Gold passage recall (click a cell)",
@@ -220,9 +220,9 @@ def build_evaluations_tab(store: Any | Callable[[], Any], open_run: Callable[[st
                                  visible=bool(first and first.threshold_plot is not None))
     caption = gr.Markdown(sanitize_html=True)
     questions = gr.Dataframe(headers=QUESTION_COLUMNS, label="Questions (click one to open its trace)",
-                             interactive=False, datatype="str", wrap=True)
+                             interactive=False, datatype="str", wrap=True, elem_id="eval-questions")
     run_ids = gr.State([])
-    run_id = gr.Textbox(label="Opened run", interactive=False)
+    run_id = gr.Textbox(label="Opened run", interactive=False, elem_id="eval-run-id")
 
     def show(name: str | None):
         view = view_of(name)
@@ -267,11 +267,11 @@ def build_evaluations_tab(store: Any | Callable[[], Any], open_run: Callable[[st
 
     def pick_question(ids: list[str], evt: gr.SelectData):
         chosen = run_id_at(ids, evt.index)
+        if not outputs_extra:  # a single output takes the bare value (a 1-tuple would arrive as its repr)
+            return gr.update() if chosen is None else chosen
         if chosen is None:
             return (gr.update(), *(gr.update() for _ in outputs_extra))
         result = open_run(chosen) if open_run is not None else None
-        if not outputs_extra:
-            return (chosen,)
         values = result if len(outputs_extra) > 1 else (result,)
         return (chosen, *values)
 
