@@ -11,7 +11,7 @@ import pytest
 from explorer.cli import main
 from explorer.errors import ConfigError, DatasetError, ExplorerError
 from explorer.eval.report import summary_csv
-from explorer.eval.runner import EvalSettings, build_arms, default_name, gold_of, run_evaluation
+from explorer.eval.runner import EvalSettings, build_arms, default_name, run_evaluation
 from explorer.eval.scores import score_evaluation
 from explorer.methods.base import Runtime
 from explorer.store import RunStore
@@ -224,7 +224,7 @@ def test_real_questions_carry_their_gold_passages_into_the_trace(shared_data: Pa
 
     for name in ("hotpotqa", "musique"):
         for q in load_dataset(name, limit=5, data_dir=shared_data):
-            gold = gold_of(q)
+            gold = q.gold()
             assert gold["dataset"] == name and gold["id"] == q.id and gold["answers"][0] == q.answer
             assert len(gold["gold_passages"]) >= 2 and json.loads(json.dumps(gold)) == gold
 

@@ -111,7 +111,7 @@ def test_benchmark_questions_are_offered_only_when_the_data_is_there(monkeypatch
     cases = questions.choices(questions.CASES)
     assert len(cases) == 4 and cases[0][0].startswith("[dragin] ")
     picked = questions.find(questions.CASES, cases[0][1])
-    assert questions.gold_of(picked)["passages"] == ["demo-0001", "demo-0002"]
+    assert questions.gold_of(picked)["gold_passages"] == ["demo-0001", "demo-0002"]
 
 
 @pytest.mark.shared_data
@@ -122,7 +122,7 @@ def test_benchmark_questions_carry_their_gold(shared_data):
     source = questions.DATASET_PREFIX + "hotpotqa"
     key = questions.choices(source)[0][1]
     gold = questions.gold_of(questions.find(source, key))
-    assert gold["answers"] and gold["passages"] and gold["dataset"] == "hotpotqa"
+    assert gold["answers"] and gold["gold_passages"] and gold["dataset"] == "hotpotqa"
 
 
 def test_history_helpers(tmp_db):

@@ -17,7 +17,7 @@ def hostile_trace(run_id: str = "hostile0000000000") -> Trace:
     """A trace of every event kind with PAYLOAD in each string a reader might render."""
     trace = Trace(question="Q " + PAYLOAD, method="dragin", variant="paper", config={"threshold": 0.3},
                   model={"name": "M " + PAYLOAD}, corpus={"name": "C " + IMG}, run_id=run_id,
-                  gold={"answers": [PAYLOAD], "passages": ["p<1>"]})
+                  gold={"answers": [PAYLOAD], "gold_passages": ["p<1>"]})
     rec = TraceRecorder(trace)
     tokens = [TokenSignal(id=i, text=t, prob=0.5, entropy=1.0, top=[(IMG, 0.5)], amax=0.2, rind=0.2 * (i + 1),
                           content=True).to_dict() for i, t in enumerate([SCRIPT, " " + IMG, " " + LINK, " end\n"])]

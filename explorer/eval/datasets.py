@@ -51,6 +51,11 @@ class Question:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def gold(self) -> dict[str, Any]:
+        """What a trace records about the right answer (``trace.gold``), the same from the app and from eval."""
+        return {"dataset": self.dataset, "id": self.id, "type": self.type, "answers": list(self.answers),
+                "gold_passages": list(self.gold_passages)}
+
 
 DATASETS = ("hotpotqa", "musique", "2wiki", "nq", "strategyqa", "demo")
 DEFAULT_FILES = {

@@ -243,7 +243,7 @@ def _blendfilter(report: Report, data_dir: Path, retriever: Retriever, items: li
     started = time.perf_counter()
     for n, item in enumerate(chosen, start=1):
         trace = run_question("blendfilter", item.question, runtime, config={"top_k": k},
-                             gold={"answers": list(item.answers), "passages": list(item.gold)})
+                             gold={"answers": list(item.answers), "gold_passages": list(item.gold)})
         if trace.status != "complete":
             report.skipped.append(f"BlendFilter on {item.dataset} {item.qid}: {trace.error}")
             continue

@@ -262,11 +262,6 @@ def _seed_everything(value: int) -> None:
     torch.manual_seed(value)
 
 
-def gold_of(question: Question) -> dict[str, Any]:
-    return {"dataset": question.dataset, "id": question.id, "type": question.type, "answers": list(question.answers),
-            "gold_passages": list(question.gold_passages)}
-
-
 # --- running --------------------------------------------------------------------------------------
 
 
@@ -319,7 +314,7 @@ def _error_trace(question: Question, arm: Arm, config: dict[str, Any], runtime: 
     """The record of a run that crashed with an unexpected exception, so one bad case does not end hours of work."""
     fingerprint = runtime.engine.fingerprint() if hasattr(runtime.engine, "fingerprint") else {}
     return Trace(question=question.question, method=arm.method, variant=arm.variant, config=dict(config),
-                 model=fingerprint, corpus=dict(runtime.corpus), gold=gold_of(question), status="error",
+                 model=fingerprint, corpus=dict(runtime.corpus), gold=question.gold(), status="error",
                  error=f"{type(exc).__name__}: {exc}")
 
 
@@ -404,7 +399,7 @@ def run_evaluation(settings: EvalSettings, store: Any, *, runtime: Runtime | Non
             try:
                 # The given values as a dict, so run_question applies the model's preset and notes it.
                 trace = run_question(arm.method, question.question, runtime, variant=arm.variant,
-                                     config=dict(arm.given), gold=gold_of(question))
+                                     config=dict(arm.given), gold=question.gold())
             except Exception as exc:  # a crash in one method on one question must not lose the evaluation
                 trace = _error_trace(question, arm, resolved[arm], runtime, exc)
             if trace.status != "complete":

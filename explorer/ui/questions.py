@@ -85,5 +85,4 @@ def gold_of(question: Question | None) -> dict[str, Any]:
     """What a trace records about the right answer (empty for a typed question)."""
     if question is None:
         return {}
-    return {"answers": list(question.answers), "passages": list(question.gold_passages), "dataset": question.dataset,
-            "question_id": question.id}
+    return question.gold()

@@ -127,7 +127,7 @@ class TraceView:
     @property
     def gold_passages(self) -> set[str]:
         gold = self.trace.gold if isinstance(self.trace.gold, dict) else {}
-        return {str(p) for p in gold.get("passages") or []}
+        return {str(p) for p in gold.get("gold_passages") or []}
 
     @property
     def gold_answers(self) -> list[str]:

@@ -1,7 +1,7 @@
 """Retrievals as a timeline: when each happened, its query, and the passages with title, score and rank.
 
 Each card has the retrieval's colour (the same as the continuation it fed in the token strip)
-and an anchor the strip links to. Gold passages of the question (``trace.gold["passages"]``)
+and an anchor the strip links to. Gold passages of the question (``trace.gold["gold_passages"]``)
 are marked, so a reader sees at once whether the right evidence came back.
 """
 
