@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +39,13 @@ class RetrievalConfig(BaseConfig):
 
     top_k: int = param(3, lo=1, hi=20, help="passages per retrieval (the papers use 3)")
     max_rounds: int = param(12, lo=1, hi=64, help="safety cap on generate/retrieve rounds per question")
+
+
+@dataclass
+class IterativeConfig(RetrievalConfig):
+    """Fields of methods that retrieve again as they write."""
+
+    initial_retrieval: bool = param(True, help="retrieve with the question before anything is written")
 
 
 def shots(config: BaseConfig, question: str) -> str:
@@ -77,6 +85,28 @@ def generate(engine: Engine, rec: TraceRecorder, segments: prompts.Segments, *, 
     limit = max(1, max_new_tokens)
     return engine.generate(segments, max_new_tokens=limit, purpose=purpose, rec=rec, attention=attention,
                            stop_strings=prompts.STOP_STRINGS, **kwargs)
+
+
+def initial_search(rec: TraceRecorder, retriever: Retriever, question: str,
+                   config: IterativeConfig) -> tuple[list[Hit], int | None]:
+    """The passages a loop starts from: the question's, when ``initial_retrieval`` is on."""
+    if not config.initial_retrieval:
+        return [], None
+    return search(rec, retriever, question, config.top_k, source="question")
+
+
+def budgeted_rounds(rec: TraceRecorder, engine: Engine, config: RetrievalConfig,
+                    text_so_far: Callable[[], str]) -> Iterator[int]:
+    """Yield each round's token budget until the answer reaches ``max_length`` or ``max_rounds`` is spent.
+
+    ``text_so_far`` is read at the start of every round (the loop body grows the text).
+    """
+    for rnd in range(config.max_rounds):
+        rec.step = rnd
+        budget = token_budget_left(engine, text_so_far(), config.max_length)
+        if budget <= 0:
+            return
+        yield budget
 
 
 def token_budget_left(engine: Engine, text: str, max_length: int) -> int:

@@ -56,11 +56,7 @@ class Dragin(Method):
         cfg, engine = self.config, self.engine
         shots = common.shots(cfg, question)
         text, hits, retrieval = "", [], None
-        for rnd in range(cfg.max_rounds):
-            rec.step = rnd
-            budget = common.token_budget_left(engine, text, cfg.max_length)
-            if budget <= 0:
-                break
+        for budget in common.budgeted_rounds(rec, engine, cfg, lambda: text):  # noqa: B023 (read each round)
             segments = prompts.build_prompt(question, shots=shots, hits=hits, answer_so_far=text)
             gen = common.generate(engine, rec, segments, max_new_tokens=budget, purpose="draft", attention=True)
             common.continuation(rec, gen, retrieval)

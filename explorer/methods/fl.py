@@ -16,9 +16,8 @@ from explorer.trace import TraceRecorder
 
 
 @dataclass
-class FlConfig(common.RetrievalConfig):
+class FlConfig(common.IterativeConfig):
     window: int = param(32, lo=4, hi=512, help="tokens generated between retrievals (the reference's fix_length)")
-    initial_retrieval: bool = param(True, help="retrieve with the question before the first window")
 
 
 @register
@@ -30,15 +29,9 @@ class FlRAG(Method):
     def run(self, question: str, rec: TraceRecorder) -> None:
         cfg, engine = self.config, self.engine
         shots = common.shots(cfg, question)
-        hits, retrieval = [], None
-        if cfg.initial_retrieval:
-            hits, retrieval = common.search(rec, self.retriever, question, cfg.top_k, source="question")
+        hits, retrieval = common.initial_search(rec, self.retriever, question, cfg)
         text = ""
-        for rnd in range(cfg.max_rounds):
-            rec.step = rnd
-            budget = common.token_budget_left(engine, text, cfg.max_length)
-            if budget <= 0:
-                break
+        for budget in common.budgeted_rounds(rec, engine, cfg, lambda: text):  # noqa: B023 (read each round)
             segments = prompts.build_prompt(question, shots=shots, hits=hits, answer_so_far=text)
             gen = common.generate(engine, rec, segments, max_new_tokens=min(cfg.window, budget), purpose="window")
             common.continuation(rec, gen, retrieval)

@@ -25,12 +25,11 @@ from explorer.trace import TraceRecorder
 
 
 @dataclass
-class FlareConfig(common.RetrievalConfig):
+class FlareConfig(common.IterativeConfig):
     threshold: float = param(0.2, lo=0.0, hi=1.0,
                              help="θ. paper: a token with probability below θ fires (FlashRAG uses 0.2); "
                                   "reference: a sentence whose mean 1-p exceeds θ fires (configs: 0.06-0.4)")
     lookahead_tokens: int = param(64, lo=4, hi=512, help="paper: most tokens of one look-ahead sentence")
-    initial_retrieval: bool = param(True, help="retrieve with the question before the first sentence, as FLARE does")
 
 
 def _masked(tokens: list[Any], drop: list[bool]) -> str:
@@ -59,9 +58,7 @@ class Flare(Method):
 
     def run(self, question: str, rec: TraceRecorder) -> None:
         cfg = self.config
-        hits, retrieval = [], None
-        if cfg.initial_retrieval:
-            hits, retrieval = common.search(rec, self.retriever, question, cfg.top_k, source="question")
+        hits, retrieval = common.initial_search(rec, self.retriever, question, cfg)  # FLARE starts from q
         loop = self._paper if self.variant == "paper" else self._reference
         text, hits = loop(question, rec, hits, retrieval)
         common.finish(self.engine, rec, cfg, question, text, hits)
@@ -76,11 +73,7 @@ class Flare(Method):
         cfg, engine = self.config, self.engine
         shots = common.shots(cfg, question)
         text = ""
-        for rnd in range(cfg.max_rounds):
-            rec.step = rnd
-            budget = common.token_budget_left(engine, text, cfg.max_length)
-            if budget <= 0:
-                break
+        for budget in common.budgeted_rounds(rec, engine, cfg, lambda: text):  # noqa: B023 (read each round)
             segments = prompts.build_prompt(question, shots=shots, hits=hits, answer_so_far=text)
             gen = self._sentence(rec, segments, budget, "lookahead")
             common.continuation(rec, gen, retrieval)
