@@ -109,6 +109,18 @@ def dragin_reference(tiny_runtime) -> Trace:
                         config={"max_length": 48, "threshold": 1.0, "answer_tokens": 4})
 
 
+@pytest.mark.parametrize(("text", "answer"), [
+    ("Its arena is the Colisee. So the answer is: 3,677.", "3,677"),
+    ("So the answer is J. R. R. Tolkien.", "J. R. R. Tolkien"),
+    ("First guess. So the answer is London. Then more text", "London"),
+    ("Green So the answer is:", None),  # the model stopped right after the colon
+    ("So the answer is \"...\"", None),
+    ("No answer phrase here.", None),
+])
+def test_answer_extraction(text: str, answer: str | None) -> None:
+    assert prompts.extract_answer(text) == answer
+
+
 def test_reference_scores_are_normalised_per_sentence(dragin_reference: Trace) -> None:
     check = dragin_reference.of_kind("check")[0].payload
     assert check["unit"] == "word" and check["units"]

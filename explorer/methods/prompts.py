@@ -150,5 +150,6 @@ def extract_answer(text: str) -> str | None:
     end = re.search(r"(?<!\b[A-Z])(?<!\d)\.(\s|$)", tail)
     if end:
         tail = tail[: end.start()]
-    tail = tail.strip().strip("\"'“”").strip()
-    return tail.rstrip(".").strip() or None
+    tail = tail.strip().strip("\"'“”").strip().rstrip(".").strip()
+    # "So the answer is:" with nothing after it leaves only punctuation: that is no answer.
+    return tail if any(ch.isalnum() for ch in tail) else None
