@@ -8,6 +8,7 @@ counts on HotpotQA (its table 3, #Num) for the same methods, to compare the shap
 
     python benchmarks/bench_eval.py [--questions 3] [--dataset hotpotqa] [--methods wo,sr,...]
         [--model embedded] [--device cpu] [--dtype float32] [--out benchmarks/results/eval_throughput.md]
+    python benchmarks/bench_eval.py --model random-1b --device cuda --dtype bfloat16   # the GPU figure
 
 Numbers taken on a shared machine while other jobs run are provisional; the load average at the
 start and end is printed with them.
@@ -61,7 +62,9 @@ def main() -> int:
     parser.add_argument("--questions", type=int, default=3, help="questions per method (default 3)")
     parser.add_argument("--dataset", default="hotpotqa", help="hotpotqa (default; demo without the benchmark data)")
     parser.add_argument("--methods", default=None, help="comma-separated (default: every registered method)")
-    parser.add_argument("--model", default="embedded")
+    parser.add_argument("--model", default="embedded",
+                        help="embedded, a model path, or random-1b (random ~1B Llama-style weights, for GPU timing)")
+    parser.add_argument("--random-layers", type=int, default=16, help="layers of random-1b (16 = ~1B parameters)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--set", dest="settings", action="append", default=[], help="[method.]name=value")
@@ -81,7 +84,17 @@ def main() -> int:
     started = time.perf_counter()
     from explorer.runtime import open_runtime
 
-    runtime = open_runtime(args.model, corpus, dtype=args.dtype, device=args.device)
+    if args.model == "random-1b":
+        # Throughput only: random weights write random text, so the answer columns mean nothing.
+        from benchmarks.bench_seakr import random_1b
+        from explorer.retrieval.registry import open_retriever
+        from explorer.runtime import Runtime
+
+        retriever = open_retriever(corpus)
+        runtime = Runtime(engine=random_1b(args.device, args.dtype, args.random_layers), retriever=retriever,
+                          corpus={"spec": corpus, **retriever.describe()})
+    else:
+        runtime = open_runtime(args.model, corpus, dtype=args.dtype, device=args.device)
     load_seconds = time.perf_counter() - started
     fingerprint = runtime.engine.fingerprint()
     header = [
