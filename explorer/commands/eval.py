@@ -22,7 +22,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or mps")
     parser.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or float16")
     parser.add_argument("--name", default=None, help="evaluation name (default: from datasets, limit, model, corpus)")
-    parser.add_argument("--db", default=None, help="run database (default: the session database, EXPLORER_DB)")
+    parser.add_argument("--db", default=None, help="run database (default: the app's run database, EXPLORER_DB)")
     parser.add_argument("--data", default=None, help="benchmark data folder (default: ../shared/data)")
     parser.add_argument("--set", dest="settings", action="append", default=[], metavar="[METHOD.]NAME=VALUE",
                         help="a config value, e.g. --set dragin.threshold=0.5, or --set max_length=32 for every "

@@ -17,7 +17,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                                "Plotly charts for one evaluation.")
     parser.add_argument("--name", default=None, help="evaluation name (default: list the stored evaluations)")
     parser.add_argument("--out", type=Path, default=None, help="folder to write to (default: reports/NAME)")
-    parser.add_argument("--db", default=None, help="run database (default: the session database, EXPLORER_DB)")
+    parser.add_argument("--db", default=None, help="run database (default: the app's run database, EXPLORER_DB)")
     parser.set_defaults(handler=run)
 
 
