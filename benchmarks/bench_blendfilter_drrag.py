@@ -23,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from benchmarks.common import write_result  # noqa: E402
 from explorer.eval.datasets import load_dataset  # noqa: E402
 from explorer.eval.metrics import answer_scores  # noqa: E402
 from explorer.methods import run_question  # noqa: E402
@@ -112,10 +113,7 @@ def main() -> int:
     lines += ["", f"Total wall time {time.perf_counter() - started:.0f} s.", ""]
     text = "\n".join(lines)
     print(text)
-    if args.out != "-":
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text, encoding="utf-8")
-        print(f"wrote {args.out}", file=sys.stderr)
+    write_result(text, args.out)
     return 0
 
 

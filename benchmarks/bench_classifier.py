@@ -25,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from benchmarks.common import write_result  # noqa: E402
 from explorer.paths import shared_data_dir  # noqa: E402
 from explorer.retrieval.pair_classifier import PairClassifier, load_hotpotqa, train  # noqa: E402
 
@@ -172,10 +173,7 @@ def main() -> int:
     text = "\n".join(header + ["## Held-out scores", ""] + _metrics_table(model.metadata)
                      + ["", "## Latency", ""] + table + [""] + [f"- {r}" for r in ratios] + [""])
     print(text)
-    if args.out != "-":
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text, encoding="utf-8")
-        print(f"wrote {args.out}", file=sys.stderr)
+    write_result(text, args.out)
     return 0
 
 

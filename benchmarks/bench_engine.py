@@ -30,16 +30,13 @@ import time
 
 import torch
 
+from benchmarks.common import cpu_name
+
 QUESTION = "What is the seating capacity of the arena where the Lewiston Maineiacs played their home games?"
 
 
 def machine() -> str:
-    cpu = "?"
-    try:
-        with open("/proc/cpuinfo") as fh:
-            cpu = next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = cpu_name()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     return (f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} ({torch.get_num_threads()} threads), "
             f"Python {platform.python_version()}, load average {load:.1f} at start")

@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 
+from benchmarks.common import cpu_name  # noqa: E402
 from explorer.errors import ExplorerError  # noqa: E402
 from explorer.eval.datasets import load_dataset  # noqa: E402
 from explorer.eval.metrics import passage_recall  # noqa: E402
@@ -51,14 +52,7 @@ TARGET_BUILD_1M_S = 300.0
 
 
 def machine() -> list[str]:
-    cpu = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_name()
     ram = "?"
     try:
         kb = int(next(line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines()

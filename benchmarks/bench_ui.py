@@ -23,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.common import cpu_name
 from explorer.store import RunStore
 from tests.browser_support import browser_context, open_settings, pick_question, set_methods, start_app, wait_ready
 
@@ -53,12 +54,7 @@ OBSERVE = """
 
 
 def machine() -> str:
-    cpu = "?"
-    try:
-        with open("/proc/cpuinfo") as fh:
-            cpu = next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = cpu_name()
     threads = os.environ.get("OMP_NUM_THREADS", "1")
     return (f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, OMP_NUM_THREADS={threads} for the "
             "app, chromium (Debian) headless")
