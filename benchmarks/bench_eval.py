@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from benchmarks.common import write_result  # noqa: E402
 from explorer.eval.runner import EvalSettings, build_arms, run_evaluation  # noqa: E402
 from explorer.eval.scores import score_evaluation  # noqa: E402
 from explorer.methods import METHODS  # noqa: E402
@@ -87,12 +88,9 @@ def main() -> int:
     if args.model == "random-1b":
         # Throughput only: random weights write random text, so the answer columns mean nothing.
         from benchmarks.bench_seakr import random_1b
-        from explorer.retrieval.registry import open_retriever
-        from explorer.runtime import Runtime
+        from explorer.runtime import runtime_for
 
-        retriever = open_retriever(corpus)
-        runtime = Runtime(engine=random_1b(args.device, args.dtype, args.random_layers), retriever=retriever,
-                          corpus={"spec": corpus, **retriever.describe()})
+        runtime = runtime_for(random_1b(args.device, args.dtype, args.random_layers), corpus)
     else:
         runtime = open_runtime(args.model, corpus, dtype=args.dtype, device=args.device)
     load_seconds = time.perf_counter() - started
@@ -143,9 +141,7 @@ def main() -> int:
         command = "python benchmarks/bench_eval.py " + " ".join(sys.argv[1:])
         text = "\n".join(["# Evaluation throughput", "", f"`{command.strip()}`", "", *header, "", *table, "",
                           *footer, ""])
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text, encoding="utf-8")
-        print(f"written to {args.out}")
+        write_result(text, args.out)
     return 0
 
 

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from explorer.methods.base import Runtime
+
+if TYPE_CHECKING:  # the engine module pulls in torch; importing it lazily keeps start-up light
+    from explorer.engine.generation import Engine
 
 Progress = Callable[[str], None]
 
@@ -42,9 +46,14 @@ def open_engine(model: str = "embedded", *, dtype: str = "float32", device: str 
 def open_runtime(model: str = "embedded", corpus: str = "demo", *, dtype: str = "float32", device: str = "cpu",
                  attn: str = "sdpa", progress: Progress | None = None) -> Runtime:
     """Engine and retriever together, with the corpus facts a trace records."""
+    engine = open_engine(model, dtype=dtype, device=device, attn=attn, progress=progress)
+    return runtime_for(engine, corpus, progress=progress)
+
+
+def runtime_for(engine: Engine, corpus: str, *, progress: Progress | None = None) -> Runtime:
+    """An engine built elsewhere (a benchmark's random model) joined to a corpus, as open_runtime joins its own."""
     from explorer.retrieval.registry import open_retriever
 
-    engine = open_engine(model, dtype=dtype, device=device, attn=attn, progress=progress)
     retriever = open_retriever(corpus, progress=progress)
     describe = getattr(retriever, "describe", None)
     facts = describe() if callable(describe) else {"name": getattr(retriever, "name", corpus)}
