@@ -30,7 +30,7 @@ import time
 
 import torch
 
-from benchmarks.common import cpu_name
+from benchmarks.common import cpu_name, write_result
 
 QUESTION = "What is the seating capacity of the arena where the Lewiston Maineiacs played their home games?"
 
@@ -219,9 +219,7 @@ def main() -> None:
     lines.append(gpu())
     report = "\n".join(lines)
     print(report)
-    os.makedirs("benchmarks/results", exist_ok=True)
-    with open("benchmarks/results/engine.md", "w", encoding="utf-8") as fh:
-        fh.write(report + "\n")
+    write_result(report + "\n", "benchmarks/results/engine.md")
 
 
 if __name__ == "__main__":

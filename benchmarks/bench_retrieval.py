@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 
-from benchmarks.common import cpu_name  # noqa: E402
+from benchmarks.common import cpu_name, write_result  # noqa: E402
 from explorer.errors import ExplorerError  # noqa: E402
 from explorer.eval.datasets import load_dataset  # noqa: E402
 from explorer.eval.metrics import passage_recall  # noqa: E402
@@ -327,9 +327,7 @@ def main() -> int:
     lines += more
 
     if not args.no_save:
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        print(f"saved {RESULTS}", file=sys.stderr)
+        write_result("\n".join(lines) + "\n", RESULTS)
     return 0
 
 

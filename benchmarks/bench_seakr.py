@@ -42,6 +42,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 
+from benchmarks.common import write_result  # noqa: E402
 from explorer.engine.generation import Engine, Sampling  # noqa: E402
 from explorer.engine.hidden import HiddenSpec  # noqa: E402
 from explorer.engine.sampling import sample  # noqa: E402
@@ -65,14 +66,20 @@ def _timed(fn) -> tuple[float, object]:
     return time.perf_counter() - t, out
 
 
-def _load_other() -> str:
+def _load_other(own: float = 0.0) -> str:
+    """The 1-minute load average, flagged when work other than this benchmark's ``own`` threads is running."""
     try:
         load1 = os.getloadavg()[0]
     except OSError:
         return "load average unknown"
     cores = os.cpu_count() or 1
     return f"load average {load1:.1f} on {cores} cores" + (" (other work shares this machine: timings are "
-                                                           "provisional)" if load1 > 0.75 * cores else "")
+                                                           "provisional)" if load1 - own > 0.75 * cores else "")
+
+
+def _own_threads() -> float:
+    """What this benchmark itself adds to the load average just after it ran."""
+    return float(min(torch.get_num_threads(), os.cpu_count() or 1))
 
 
 def cost_of_u(engine: Engine, k: int, length: int, repeats: int) -> list[str]:
@@ -131,7 +138,7 @@ def cost_of_u(engine: Engine, k: int, length: int, repeats: int) -> list[str]:
         f"{'met' if ratio <= target else 'NOT met'} ({ratio:.2f}x). U(c) vs HF generate: "
         f"{statistics.median(h / r for h, r in zip(hf_ratios, ratios, strict=True)):.2f}x faster.",
         f"Machine: {platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} threads; "
-        f"{load_before} before, {_load_other()} after.",
+        f"{load_before} before, {_load_other(_own_threads())} after.",
     ]
     return lines
 
@@ -189,7 +196,7 @@ def per_question(n: int, model: str, device: str, dtype: str) -> list[str]:
         lines.append(f"| {r['question'][:60]} | {c.llm_calls} | {c.sampled_sequences} | {c.retrievals} | "
                      f"{c.forward_passes} | {fired} / {len(checks)} | {seconds:.0f} | {answer} | {em:.0f} |")
     m = max(1, len(chosen[:n]))
-    load_note = f"Seconds are wall time with 1 run at a time; {_load_other()} at the end."
+    load_note = f"Seconds are wall time with 1 run at a time; {_load_other(_own_threads())} at the end."
     lines.append(f"| **mean** | {totals['llm'] / m:.1f} | {totals['samples'] / m:.1f} | "
                  f"{totals['retrievals'] / m:.1f} | {totals['passes'] / m:.0f} | | | | |")
     lines += ["", "LLM calls count one per batched sampling call (k samples + the greedy row) and one per plain "
@@ -227,9 +234,7 @@ def main() -> int:
         table = per_question(args.questions, args.model, args.device, args.dtype)
         print("\n".join(table), flush=True)
         lines += [*table, ""]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    print(f"written to {args.out}")
+    write_result("\n".join(lines) + "\n", args.out)
     return 0
 
 

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import cpu_name
+from benchmarks.common import cpu_name, write_result
 from explorer.store import RunStore
 from tests.browser_support import browser_context, open_settings, pick_question, set_methods, start_app, wait_ready
 
@@ -128,12 +128,11 @@ def main() -> None:
         "Model time is the traces' own `costs.total_time` (generation, retrieval and the rest of the run); the "
         "view overhead is what remains: queueing, streaming updates, storing, rendering and drawing the charts. "
         "A 4-method comparison runs the methods one after another, so its first token is the first method's.", "",
-        "Other work shares this 2-core machine (several people build and test on it at once), so absolute times "
-        "are provisional; the overhead share is the figure to watch.", "",
+        "Absolute times move with the machine and its load (given above); the overhead share is the figure to "
+        "compare across machines.", "",
     ])
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(text, encoding="utf-8")
-    print("\n" + table(rows) + f"\n\n({load}) written to {RESULTS}")
+    print("\n" + table(rows) + f"\n\n({load})")
+    write_result(text, RESULTS)
 
 
 if __name__ == "__main__":

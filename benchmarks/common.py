@@ -17,9 +17,9 @@ def cpu_name() -> str:
     return "unknown CPU"
 
 
-def write_result(text: str, out: str) -> None:
+def write_result(text: str, out: str | Path) -> None:
     """Write a results table to ``out`` (``-`` keeps it on stdout only), creating its folder."""
-    if out == "-":
+    if str(out) == "-":
         return
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(text, encoding="utf-8")

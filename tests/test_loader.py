@@ -282,7 +282,7 @@ def test_embedded_model_facts(embedded_lm) -> None:
     assert embedded_lm.num_heads == 9
     assert 134.4e6 < embedded_lm.num_parameters < 134.6e6
     assert embedded_lm.context_length == 8192
-    # An engine built on the shared model earlier in the session wraps eager in the explorer's probe.
+    # An engine built earlier in this test run on the shared model wraps eager in the explorer's probe.
     assert embedded_lm.attn_implementation == "eager"
     assert embedded_lm.model.config._attn_implementation in ("eager", "explorer-eager")
     assert next(embedded_lm.model.parameters()).dtype == torch.float32
