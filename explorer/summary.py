@@ -36,6 +36,10 @@ def render_text(trace: Trace, *, passages: int = 3) -> str:
     lines = [f"{trace.method} ({trace.variant}) · {model} · corpus {corpus} · {trace.status} · "
              f"{trace.costs.total_time:.1f} s",
              f"Question: {trace.question}"]
+    chosen = {k: v for k, v in trace.config_sources.items() if v != "paper"}
+    if chosen:
+        lines.append("Settings not at the paper's default: " + ", ".join(
+            f"{k}={trace.config.get(k)!r} ({'set by you' if v == 'user' else v})" for k, v in chosen.items()))
     queries: dict[int, str] = {}
     also: list[str] = []  # the non-deciding uncertainty estimates of one context, shown on one line
     for e in trace.events:

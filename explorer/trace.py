@@ -172,6 +172,8 @@ class Trace:
     status: str = "running"
     error: str | None = None
     gold: dict[str, Any] = field(default_factory=dict)
+    #: Where each config value came from: "paper", "variant", "preset" or "user".
+    config_sources: dict[str, str] = field(default_factory=dict)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
     version: int = TRACE_VERSION
@@ -193,6 +195,7 @@ class Trace:
             "method": self.method,
             "variant": self.variant,
             "config": self.config,
+            "config_sources": self.config_sources,
             "model": self.model,
             "corpus": self.corpus,
             "gold": self.gold,
@@ -218,6 +221,7 @@ class Trace:
             method=d["method"],
             variant=d["variant"],
             config=d["config"],
+            config_sources=d.get("config_sources", {}),
             model=d["model"],
             corpus=d.get("corpus", {}),
             events=[Event.from_dict(e) for e in d["events"]],

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from explorer.engine.generation import Engine
+from explorer.engine.language import get_language
 from explorer.engine.signals import merge_words
 from explorer.errors import ConfigError, ExplorerError
-from explorer.methods import common, prompts
+from explorer.methods import prompts
 from explorer.methods.base import Runtime, make_config, run_question
 from explorer.trace import Trace
 
@@ -133,51 +134,51 @@ def test_reference_scores_are_normalised_per_sentence(dragin_reference: Trace) -
 
 
 def test_reference_cuts_at_the_start_of_the_flagged_sentence(dragin_reference: Trace) -> None:
-    from explorer.engine.language import get_language
+    from explorer.methods.reference_rules import split_sentences
 
     trigger = dragin_reference.of_kind("trigger")[0].payload
     cut = next(c.payload for c in dragin_reference.of_kind("truncation") if c.payload["span"] == trigger["span"])
     span = dragin_reference.event(trigger["span"]).payload
-    sentences = get_language().sentences(span["text"])
-    starts = {s.start_char for s in sentences}
-    assert len(cut["kept_text"]) in starts or cut["kept_text"] == ""
+    sentences = split_sentences(span["text"], get_language())
     flagged = sentences[trigger["sentence"]]
-    assert len(cut["kept_text"]) <= flagged.start_char
-    assert cut["discarded_text"].strip().startswith(flagged.text.strip()[:10])
+    # The raw cut ends right before the flagged sentence's first token; the reference keeps the
+    # earlier sentences re-joined by single spaces.
+    assert span["text"][len(cut["kept_text"]):].strip().startswith(flagged.text[:10])
+    assert len(cut["kept_text"].rstrip()) <= flagged.start
+    assert cut["kept_as"] == " ".join(s.text for s in sentences[: trigger["sentence"]])
 
 
-def test_reference_keeps_only_the_first_sentence_after_retrieval(dragin_reference: Trace) -> None:
-    from explorer.engine.language import get_language
+def test_reference_keeps_exactly_the_first_sentence_after_retrieval(dragin_reference: Trace) -> None:
+    from explorer.methods.reference_rules import split_sentences
 
     conts = [c.payload for c in dragin_reference.of_kind("continuation")]
     assert conts, "the reference run must retrieve at least once on the tiny model"
     for cont in conts:
         span = dragin_reference.event(cont["span"]).payload
-        sentences = get_language().sentences(span["text"])
+        sentences = split_sentences(span["text"], get_language())
         cuts = [c.payload for c in dragin_reference.of_kind("truncation") if c.payload["span"] == cont["span"]]
-        if len(sentences) > 1:
-            assert cuts and cuts[0]["reason"] == "only the first sentence is kept"
-            assert cuts[0]["kept_text"].strip() == span["text"][: sentences[1].start_char].strip()
+        if cuts:
+            assert cuts[0]["reason"] == "only the first sentence is kept"
+            assert cuts[0]["kept_as"] == sentences[0].text
+            assert cuts[0]["kept_text"].strip().endswith(sentences[0].text[-5:])
         else:
-            assert not cuts
+            assert len(sentences) <= 1
 
 
-def test_reference_stopping_rules(tiny_runtime) -> None:
-    engine = tiny_runtime.engine
-    assert common.reference_should_stop(engine, "x " * 200, 0, max_length=100)  # too long
-    assert common.reference_should_stop(engine, "some text", len("some text"), max_length=100)  # no progress
-    assert common.reference_should_stop(engine, "Thus ... so the answer is 3.", 0, max_length=100)
-    assert not common.reference_should_stop(engine, "The arena seats many.", 0, max_length=100)
+def test_reference_stopping_rule_over_the_recorded_chunks(tiny_runtime) -> None:
+    from explorer.methods import reference_rules as rules
+
     trace = run_question("dragin", LEWISTON, tiny_runtime, variant="reference",
                          config={"max_length": 16, "threshold": 1000.0, "answer_tokens": 2})
     drafts = [g.payload["text"] for g in trace.of_kind("generation") if g.payload["purpose"] == "draft"]
     assert not trace.of_kind("trigger"), "θ is so high that nothing may fire"
     # Chunks are appended until the rule says stop, and not one chunk longer.
+    engine = tiny_runtime.engine
     text, decisions = "", []
     for draft in drafts:
         old = len(text)
-        text = prompts.join_text(text, draft)
-        decisions.append(common.reference_should_stop(engine, text, old, max_length=16))
+        text = rules.append_text(text, draft)
+        decisions.append(rules.should_stop(text, old, engine.count_tokens(text, special=True), 16))
     assert decisions[-1] and not any(decisions[:-1])
 
 

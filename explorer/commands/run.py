@@ -35,14 +35,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from explorer.methods.base import make_config, run_question
+    from explorer.methods.base import run_question
+    from explorer.methods.resolve import resolve_config
     from explorer.runtime import open_runtime
     from explorer.summary import render_text
 
-    config = make_config(args.method, parse_assignments(args.settings))  # validate before loading anything
+    given = parse_assignments(args.settings)
+    resolve_config(args.method, args.variant, None, given)  # validate before loading anything
     runtime = open_runtime(args.model, args.corpus, dtype=args.dtype, device=args.device,
                            progress=lambda m: print(m, file=sys.stderr, flush=True))
-    trace = run_question(args.method, args.question, runtime, variant=args.variant, config=config)
+    # The values as given: the run resolves them with the model's preset, as the app and the evaluation do.
+    trace = run_question(args.method, args.question, runtime, variant=args.variant, config=given)
     print(render_text(trace))
     if args.json:
         args.json.write_text(trace.to_json(indent=1), encoding="utf-8")

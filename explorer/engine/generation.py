@@ -10,6 +10,8 @@ gives a hidden state. Methods never touch tensors: they call :meth:`Engine.gener
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -60,6 +62,7 @@ class _Request:
     hidden: HiddenSpec | None
     stream: bool
     ignore_eos: bool = False
+    keep_special: bool = False
 
 
 @dataclass
@@ -122,6 +125,7 @@ class Engine:
         if eos is None:
             eos = self.tokenizer.eos_token_id
         self.eos_ids = frozenset([eos] if isinstance(eos, int) else (eos or []))
+        self.special_ids = frozenset(self.tokenizer.all_special_ids) | self.eos_ids
 
     # -- facts ----------------------------------------------------------------------------------
     def fingerprint(self) -> dict[str, Any]:
@@ -133,19 +137,22 @@ class Engine:
     def context_length(self) -> int:
         return self.lm.context_length
 
-    def tokenize(self, text: str) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+    def tokenize(self, text: str, *, special: bool = False) -> list[int]:
+        """Token ids of ``text``; ``special`` adds the tokenizer's default special tokens (a BOS)."""
+        return list(self.tokenizer(text, add_special_tokens=special)["input_ids"])
 
-    def decode(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+    def decode(self, ids: Sequence[int], *, special: bool = False) -> str:
+        """Text of ``ids``; ``special`` keeps special tokens (``<|im_end|>``) in the text."""
+        return self.tokenizer.decode(list(ids), skip_special_tokens=not special)
 
-    def count_tokens(self, text: str) -> int:
-        return len(self.tokenize(text))
+    def count_tokens(self, text: str, *, special: bool = False) -> int:
+        return len(self.tokenize(text, special=special))
 
-    def token_texts(self, ids: Sequence[int]) -> list[str]:
+    def token_texts(self, ids: Sequence[int], *, special: bool = False) -> list[str]:
         """Decoded text of each token such that joining them gives the decoded whole."""
-        detok = Detokenizer(self)
+        detok = Detokenizer(self, special=special)
         return [detok.push(i) for i in ids]
+
 
     def check_fits(self, prompt_len: int, max_new_tokens: int, where: str = "prompt") -> None:
         """Refuse a prompt that cannot fit the model's context with room to answer."""
@@ -158,29 +165,69 @@ class Engine:
 
     # -- the loop ---------------------------------------------------------------------------------
     def encode_segments(self, prompt: PromptLike) -> tuple[str, list[int], list[Span]]:
-        """Tokenize a prompt given as text or as labelled segments.
+        """Tokenize a prompt given as text or as labelled segments, in ONE call over the whole text.
 
-        Segments are tokenized one by one and concatenated, so the model sees exactly the ids
-        whose positions the returned ``(label, start, end)`` ranges describe.
+        Tokenizing segment by segment would hand the model ids it never sees for the same text in
+        normal use (``"\n\n" | "Question:"`` instead of one encoding of ``"\n\nQuestion:"``), which
+        changes its output. So the joined text is encoded once, with the special tokens the
+        tokenizer adds by default (a BOS where the model expects one), and each token is given
+        the label of the segment holding its first non-space character: a token such as ``" What"``
+        that starts with the space closing ``"Question: "`` belongs to the question. Special tokens
+        form a ``special`` span. The returned ``(label, start, end)`` ranges are contiguous runs of
+        one label; a segment whose characters all went to a neighbour's tokens has no range.
         """
         if isinstance(prompt, str):
             prompt = [("prompt", prompt)]
-        ids: list[int] = []
-        spans: list[tuple[str, int, int]] = []
-        for label, text in prompt:
-            if not text:
+        parts = [(label, text) for label, text in prompt if text]
+        text = "".join(piece for _, piece in parts)
+        ids, offsets = self.encode_with_offsets(text)
+        ends = list(itertools.accumulate(len(piece) for _, piece in parts))
+        labels = []
+        for start, end in offsets:
+            if end <= start:
+                labels.append("special")
                 continue
-            piece = self.tokenize(text)
-            spans.append((label, len(ids), len(ids) + len(piece)))
-            ids.extend(piece)
-        return "".join(text for _, text in prompt), ids, spans
+            chunk = text[start:end]
+            first = start + (len(chunk) - len(chunk.lstrip()) if chunk.strip() else 0)
+            labels.append(parts[min(bisect.bisect_right(ends, first), len(parts) - 1)][0])
+        spans: list[Span] = []
+        for i, label in enumerate(labels):
+            if spans and spans[-1][0] == label and spans[-1][2] == i:
+                spans[-1] = (label, spans[-1][1], i + 1)
+            else:
+                spans.append((label, i, i + 1))
+        return text, ids, spans
+
+    def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """Token ids of ``text`` (with the tokenizer's default special tokens) and each token's character range.
+
+        Fast tokenizers report offsets directly; for others they are rebuilt from the decoded
+        pieces, which join to the text for every tokenizer that round-trips it. Special tokens
+        get an empty range.
+        """
+        try:
+            enc = self.tokenizer(text, return_offsets_mapping=True)
+            return list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
+        except (NotImplementedError, ValueError, TypeError, KeyError):
+            ids = list(self.tokenizer(text)["input_ids"])
+        special = self.special_ids
+        detok = Detokenizer(self)
+        offsets, pos = [], 0
+        for token_id in ids:
+            if token_id in special:
+                offsets.append((pos, pos))
+                continue
+            piece = detok.push(token_id)
+            offsets.append((pos, pos + len(piece)))
+            pos += len(piece)
+        return ids, offsets
 
     def generate(self, prompt: PromptLike, *, max_new_tokens: int, purpose: str = "draft",
                  rec: TraceRecorder | None = None, sampling: Sampling | None = None,
                  stop_strings: Sequence[str] = (), attention: bool = True,
                  until: Callable[[list[TokenSignal]], bool] | None = None,
                  hidden: HiddenSpec | None = None, stream: bool = True, ignore_eos: bool = False,
-                 meta: dict[str, Any] | None = None) -> Generation:
+                 keep_special: bool = False, meta: dict[str, Any] | None = None) -> Generation:
         """Generate from ``prompt`` (plain text, no special tokens added) with per-token signals.
 
         Greedy unless ``sampling`` is given (then seeded, so repeatable). Stops at an end-of-
@@ -189,6 +236,9 @@ class Engine:
         ``attention=False`` skips the attention probe (FLARE and the baselines need no amax).
         ``hidden`` captures that layer's state at the final generated position. ``ignore_eos``
         keeps going past end-of-sequence (benchmarks compare equal token counts with it).
+        ``keep_special`` decodes the way ``tokenizer.decode`` does by default: the end-of-sequence
+        token that stopped the span stays in it as its last token, and special tokens keep their
+        text (``<|im_end|>``), as in the DRAGIN authors' code, whose decisions read that text.
         """
         if max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens must be at least 1, got {max_new_tokens}", where="max_new_tokens")
@@ -199,7 +249,7 @@ class Engine:
         with self.lock, torch.inference_mode():
             started = time.perf_counter()
             request = _Request(prompt, prompt_ids, segments, max_new_tokens, purpose, sampling, tuple(stop_strings),
-                               attention, until, hidden, stream, ignore_eos)
+                               attention, until, hidden, stream, ignore_eos, keep_special)
             gen = self._loop(request, rec)
             elapsed = time.perf_counter() - started
         if rec is not None:
@@ -239,7 +289,7 @@ class Engine:
         forward_passes = 0
         capture = HiddenCapture(self.model, hidden) if hidden is not None else None
         stopped_by = "max_tokens"
-        detok = Detokenizer(self)
+        detok = Detokenizer(self, special=req.keep_special)
         cut_at: int | None = None
         try:
             if capture is not None:
@@ -261,7 +311,8 @@ class Engine:
                     chosen = int(torch.multinomial(probs.cpu(), 1, generator=generator))
                     logq = torch.log_softmax(warped, dim=-1)
                     warped_entropy = float(-(probs * logq).nan_to_num().sum())
-                if chosen in self.eos_ids and not req.ignore_eos:
+                at_eos = chosen in self.eos_ids and not req.ignore_eos
+                if at_eos and not req.keep_special:
                     stopped_by = "eos"
                     break
                 stats = step_stats(logits, chosen)
@@ -269,12 +320,16 @@ class Engine:
                 piece = detok.push(chosen)
                 top = [(self.decode([i]), p) for i, p in zip(stats.top_ids, stats.top_probs, strict=True)]
                 token = TokenSignal(id=chosen, text=piece, prob=stats.prob, entropy=stats.entropy, top=top,
-                                    entropy_warped=warped_entropy, content=not is_stopword(piece),
+                                    entropy_warped=warped_entropy,
+                                    content=not is_stopword(piece) and chosen not in self.special_ids,
                                     logprob=stats.logprob)
                 tokens.append(token)
                 amax.add_token()
                 if rec is not None and req.stream:
                     rec.token(purpose, token)
+                if at_eos:
+                    stopped_by = "eos"
+                    break
                 if stop_strings:
                     cut_at = _stop_position(detok.text, stop_strings)
                     if cut_at is not None:
@@ -384,14 +439,15 @@ class Detokenizer:
     decoded text ends in U+FFFD, so such a tail is held back and given to the token completing it.
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, special: bool = False) -> None:
         self.engine = engine
+        self.special = special
         self.ids: list[int] = []
         self.text = ""
 
     def push(self, token_id: int) -> str:
         self.ids.append(token_id)
-        full = self.engine.decode(self.ids).rstrip("\ufffd")
+        full = self.engine.decode(self.ids, special=self.special).rstrip("\ufffd")
         if full.startswith(self.text):
             piece = full[len(self.text):]
         else:  # the tokenizer re-spelled earlier text (rare); keep the pieces joining to the whole

@@ -102,12 +102,16 @@ def starts_word(index: int, text: str) -> bool:
     return index == 0 or text[:1].isspace()
 
 
-def merge_words(token_texts: Sequence[str]) -> list[Word]:
-    """Group decoded token texts into words by :func:`starts_word`."""
+def merge_words(token_texts: Sequence[str], special: Sequence[bool] | None = None) -> list[Word]:
+    """Group decoded token texts into words by :func:`starts_word`.
+
+    Tokens flagged in ``special`` (``<|im_end|>``, a BOS) are words of their own: nothing joins them.
+    """
     words: list[Word] = []
     start = 0
     for i, text in enumerate(token_texts):
-        if i > 0 and starts_word(i, text):
+        alone = special is not None and (special[i] or special[i - 1])
+        if i > 0 and (starts_word(i, text) or alone):
             words.append(Word(start, i, "".join(token_texts[start:i]).strip()))
             start = i
     if token_texts:

@@ -41,8 +41,8 @@ from typing import Any
 
 from explorer.errors import ConfigError, ExplorerError
 from explorer.eval.datasets import Question, canonical_name, load_dataset
-from explorer.methods.base import Runtime, get_method, make_config, run_question
-from explorer.methods.presets import preset_for
+from explorer.methods.base import Runtime, get_method, run_question
+from explorer.methods.resolve import resolve_config
 from explorer.trace import Trace
 
 RESERVED_FIELDS = ("seed",)
@@ -64,9 +64,8 @@ class Arm:
         return self.method if self.variant == get_method(self.method).variants[0] else f"{self.method}:{self.variant}"
 
     def resolve(self, model_name: str) -> dict[str, Any]:
-        """The full config a run of this arm records on ``model_name``: defaults < model preset < given."""
-        values = {**preset_for(model_name, self.method, self.variant), **self.given}
-        return make_config(self.method, values).to_dict()
+        """The full config a run of this arm records on ``model_name`` (:func:`resolve_config`, as every run)."""
+        return resolve_config(self.method, self.variant, model_name, self.given).config.to_dict()
 
 
 def config_key(config: dict[str, Any]) -> str:
@@ -154,7 +153,7 @@ def build_arms(methods: Iterable[str], *, settings: Iterable[str] = (), variants
         takers = [m for m in known if param in _field_names(m)]
         if not takers:
             raise ConfigError(f"no listed method has a parameter {param!r}", where="--set",
-                              fix="see `python -m explorer explain METHOD` for each method's parameters")
+                              fix="see `python -m explorer methods METHOD` for each method's parameters")
         for m in takers:
             per_method[m].setdefault(param, value)
     arms: list[Arm] = []
@@ -162,13 +161,13 @@ def build_arms(methods: Iterable[str], *, settings: Iterable[str] = (), variants
         values: dict[str, Any] = dict(per_method[method])
         if "seed" in _field_names(method) and "seed" not in values:
             values["seed"] = seed
-        cfg = make_config(method, values).to_dict()  # a bad value fails here, before any model loads
-        given = {k: cfg[k] for k in values}  # typed ("0.5" -> 0.5)
         cls = get_method(method)
         variant = variant or chosen_variant.get(method) or cls.variants[0]
         if variant not in cls.variants:
             raise ConfigError(f"method {method} has no variant {variant!r}", where="--variant",
                               fix=f"choose one of {', '.join(cls.variants)}")
+        cfg = resolve_config(method, variant, None, values).config.to_dict()  # a bad value fails here, early
+        given = {k: cfg[k] for k in values}  # typed ("0.5" -> 0.5)
         arm = Arm(method, variant, given)
         if arm not in arms:
             arms.append(arm)

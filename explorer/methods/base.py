@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from explorer.config import Config
 from explorer.errors import ConfigError, ExplorerError
-from explorer.methods.presets import preset_for
+from explorer.methods.resolve import ResolvedConfig, resolve_config
 from explorer.retrieval.base import Retriever
 from explorer.trace import Cancelled, Listener, Trace, TraceRecorder
 
@@ -39,6 +39,8 @@ class Method:
     title: ClassVar[str]
     variants: ClassVar[tuple[str, ...]] = ("paper",)
     Config: ClassVar[type[Config]]
+    #: Per variant, config values that differ from the paper's because that variant's code differs.
+    variant_defaults: ClassVar[dict[str, dict[str, Any]]] = {}
 
     def __init__(self, config: Config, runtime: Runtime, variant: str) -> None:
         self.config = config
@@ -81,6 +83,26 @@ def make_config(method: str, values: dict[str, Any] | Config | None) -> Config:
     return cls.Config.from_dict(values or {})
 
 
+def _note_defaults(rec: TraceRecorder, cls: type[Method], resolved: ResolvedConfig, model: str) -> None:
+    """Say in the trace which values did not come from the paper or the user, and why."""
+    def paper(keys: dict[str, Any]) -> dict[str, Any]:
+        return {k: cls.Config.describe_field(k)["default"] for k in keys}
+
+    def listed(values: dict[str, Any]) -> str:
+        return ", ".join(f"{k}={v}" for k, v in values.items())
+
+    if resolved.variant_defaults:
+        defaults = resolved.variant_defaults
+        rec.add("note", level="info", variant_defaults=defaults, paper_defaults=paper(defaults),
+                message=f"{listed(defaults)} for the {resolved.variant} variant (paper default "
+                        f"{listed(paper(defaults))}): that is what the variant's code does")
+    if resolved.preset:
+        preset = resolved.preset
+        rec.add("note", level="info", preset=preset, paper_defaults=paper(preset),
+                message=f"{listed(preset)} from the preset for {model} (paper default {listed(paper(preset))}): "
+                        "thresholds do not transfer across models")
+
+
 def run_question(method: str, question: str, runtime: Runtime, *, variant: str | None = None,
                  config: dict[str, Any] | Config | None = None, gold: dict[str, Any] | None = None,
                  listeners: list[Listener] | None = None, cancel: threading.Event | None = None,
@@ -91,30 +113,17 @@ def run_question(method: str, question: str, runtime: Runtime, *, variant: str |
     ``cancelled`` or ``error`` and the message in ``trace.error``.
     """
     cls = get_method(method)
-    variant = variant or cls.variants[0]
-    if variant not in cls.variants:
-        raise ConfigError(f"method {method} has no variant {variant!r}", where="variant",
-                          fix=f"choose one of {', '.join(cls.variants)}")
     question = (question or "").strip()
     if not question:
         raise ExplorerError("the question is empty", where="question", fix="type a question to answer")
     fingerprint = runtime.engine.fingerprint()
-    preset: dict[str, Any] = {}
-    if not isinstance(config, Config):
-        given = dict(config or {})
-        preset = {k: v for k, v in preset_for(str(fingerprint.get("name", "")), method, variant).items()
-                  if k not in given}
-        config = {**preset, **given}
-    cfg = make_config(method, config)
+    resolved = resolve_config(method, variant, str(fingerprint.get("name", "")), config)
+    variant, cfg = resolved.variant, resolved.config
     trace = Trace(question=question, method=method, variant=variant, config=cfg.to_dict(),
-                  model=fingerprint, corpus=dict(runtime.corpus), gold=dict(gold or {}))
+                  config_sources=dict(resolved.sources), model=fingerprint, corpus=dict(runtime.corpus),
+                  gold=dict(gold or {}))
     rec = TraceRecorder(trace, listeners=listeners, cancel=cancel)
-    if preset:
-        paper = {k: cls.Config.describe_field(k)["default"] for k in preset}
-        rec.add("note", level="info", preset=preset, paper_defaults=paper,
-                message=f"{', '.join(f'{k}={v}' for k, v in preset.items())} from the preset for "
-                        f"{fingerprint.get('name')} (paper default {', '.join(f'{k}={v}' for k, v in paper.items())}): "
-                        "thresholds do not transfer across models")
+    _note_defaults(rec, cls, resolved, str(fingerprint.get("name")))
     start = time.perf_counter()
     try:
         cls(cfg, runtime, variant).run(question, rec)

@@ -48,8 +48,8 @@ class IterativeConfig(RetrievalConfig):
     initial_retrieval: bool = param(True, help="retrieve with the question before anything is written")
 
 
-def shots(config: BaseConfig, question: str) -> str:
-    return prompts.exemplars(question, config.exemplars, config.fewshot)
+def shots(config: BaseConfig, question: str, *, separator: str = "\n\n") -> str:
+    return prompts.exemplars(question, config.exemplars, config.fewshot, separator=separator)
 
 
 def search(rec: TraceRecorder, retriever: Retriever, query: str, k: int, *, source: str,
@@ -87,6 +87,30 @@ def generate(engine: Engine, rec: TraceRecorder, segments: prompts.Segments, *, 
                            stop_strings=prompts.STOP_STRINGS, **kwargs)
 
 
+def generate_reference(engine: Engine, rec: TraceRecorder, segments: prompts.Segments, *, max_new_tokens: int,
+                       purpose: str) -> Generation:
+    """Generate as the DRAGIN authors' code does: no stop strings, so only end-of-sequence or the length
+    limit ends the chunk, and the text decoded with special tokens (the end-of-turn token stays in it).
+
+    Without stop strings the model often goes on past its answer into an exemplar of its own
+    ("Question: ..."), whose sentences the reference then checks too; a note says so when it happens.
+    """
+    gen = engine.generate(segments, max_new_tokens=max(1, max_new_tokens), purpose=purpose, rec=rec,
+                          attention=False, keep_special=True)
+    beyond = [s for s in prompts.STOP_STRINGS if s in gen.text]
+    if beyond:
+        rec.add("note", level="defect", span=gen.event_id,
+                message=f"this {purpose} runs past {beyond[0]!r} into text the model made up (a new exemplar); the "
+                        "authors' code generates without stop strings and checks those sentences too")
+    return gen
+
+
+def truncate_query(engine: Engine, query: str, max_tokens: int) -> str:
+    """What the authors' retrieve() sends BM25: the query re-encoded, cut to its last ``max_tokens`` tokens, decoded."""
+    ids = engine.tokenize(query)
+    return engine.decode(ids[-max_tokens:] if len(ids) > max_tokens else ids)
+
+
 def initial_search(rec: TraceRecorder, retriever: Retriever, question: str,
                    config: IterativeConfig) -> tuple[list[Hit], int | None]:
     """The passages a loop starts from: the question's, when ``initial_retrieval`` is on."""
@@ -114,11 +138,6 @@ def token_budget_left(engine: Engine, text: str, max_length: int) -> int:
     return max_length - engine.count_tokens(text)
 
 
-def reference_should_stop(engine: Engine, text: str, old_len: int, *, max_length: int) -> bool:
-    """The reference loops' stopping rule: too long, no progress, or the answer has been given."""
-    return engine.count_tokens(text) > max_length or len(text) <= old_len or "the answer is" in text.lower()
-
-
 def finish(engine: Engine, rec: TraceRecorder, config: BaseConfig, question: str, text: str,
            hits: list[Hit] | None = None) -> None:
     """Complete the answer phrase if missing, then record the final output and extracted answer."""
@@ -139,22 +158,32 @@ def finish(engine: Engine, rec: TraceRecorder, config: BaseConfig, question: str
 
 
 def token_at_char(gen: Generation, char: int) -> int:
-    """Index of the first token of ``gen`` that starts at or after character ``char`` of its text."""
-    for i, start in enumerate(gen.offsets()):
-        if start >= char:
+    """Index of the first token of ``gen`` whose text begins at or after character ``char``.
+
+    A token's leading whitespace does not count: ``" David"`` begins where ``David`` does, so a
+    sentence starting at ``D`` starts with that token (and the cut before it keeps exactly the
+    sentences before).
+    """
+    for i, (start, token) in enumerate(zip(gen.offsets(), gen.tokens, strict=True)):
+        text = token.text
+        if start + len(text) - len(text.lstrip()) >= char and (text.strip() or start >= char):
             return i
     return len(gen.tokens)
 
 
-def cut(rec: TraceRecorder, gen: Generation, token_index: int, *, reason: str) -> str:
-    """Keep ``gen``'s tokens before ``token_index``; record the cut and what was discarded. Returns the kept text."""
+def cut(rec: TraceRecorder, gen: Generation, token_index: int, *, reason: str, **extra: Any) -> str:
+    """Keep ``gen``'s tokens before ``token_index``; record the cut and what was discarded. Returns the kept text.
+
+    ``extra`` goes on the truncation event (the reference variants add ``kept_as``: the kept text
+    exactly as the authors' code re-joins it).
+    """
     offsets = gen.offsets()
     at = offsets[token_index] if token_index < len(offsets) else len(gen.text)
     kept, discarded = gen.text[:at], gen.text[at:]
     if discarded:
         rec.costs.discarded_tokens += len(gen.tokens) - token_index
         rec.add("truncation", span=gen.event_id, token_index=token_index, kept_text=kept, discarded_text=discarded,
-                reason=reason)
+                reason=reason, **extra)
     return kept
 
 

@@ -3,10 +3,13 @@
 * ``paper``: a look-ahead sentence fires retrieval when ANY of its tokens has probability below
   θ; the query is that sentence with the unsure tokens removed; the sentence is regenerated with
   the passages and the regenerated one is kept.
-* ``reference`` (the DRAGIN authors' FLARE baseline): a chunk of ``max_length`` tokens is
-  generated; each sentence's score is the mean of 1 - p over its tokens; at the first sentence
-  over θ the sentences before it are kept, the query is that sentence without its tokens whose
-  1 - p exceeds θ, and the continuation generated with the passages is appended whole.
+* ``reference`` (the DRAGIN authors' FLARE baseline, ``TokenRAG``; rules in :mod:`reference_rules`):
+  no retrieval before writing; a chunk of ``max_length`` tokens generated without stop strings
+  and without passages; each sentence's score is the mean of 1 - p over the tokens the code's
+  string walk gives it (plus one); at the first sentence over θ the sentences before it are kept
+  (re-joined by spaces), the query is that sentence with its tokens whose 1 - p exceeds θ cut
+  out, and the continuation generated with the passages is appended whole. The loop stops at
+  ``max_length`` tokens, without progress, or at a case-sensitive "the answer is".
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from explorer.engine.generation import Generation
 from explorer.engine.language import get_language
 from explorer.engine.signals import merge_words
 from explorer.methods import common, prompts
+from explorer.methods import reference_rules as rules
 from explorer.methods.base import Method, register
 from explorer.retrieval.base import Hit
 from explorer.trace import TraceRecorder
@@ -30,11 +34,6 @@ class FlareConfig(common.IterativeConfig):
                              help="θ. paper: a token with probability below θ fires (FlashRAG uses 0.2); "
                                   "reference: a sentence whose mean 1-p exceeds θ fires (configs: 0.06-0.4)")
     lookahead_tokens: int = param(64, lo=4, hi=512, help="paper: most tokens of one look-ahead sentence")
-
-
-def _masked(tokens: list[Any], drop: list[bool]) -> str:
-    """The tokens' text without the dropped ones (the reference's token-level mask)."""
-    return "".join(t.text for t, d in zip(tokens, drop, strict=True) if not d).strip()
 
 
 def _words_masked(tokens: list[Any], low: list[bool]) -> tuple[str, list[str]]:
@@ -55,6 +54,7 @@ class Flare(Method):
     title = "FLARE (active retrieval on low-probability tokens)"
     variants = ("paper", "reference")
     Config = FlareConfig
+    variant_defaults = {"reference": {"initial_retrieval": False}}  # TokenRAG drafts before any retrieval
 
     def run(self, question: str, rec: TraceRecorder) -> None:
         cfg = self.config
@@ -108,57 +108,56 @@ class Flare(Method):
     # -- reference --------------------------------------------------------------------------------
     def _reference(self, question: str, rec: TraceRecorder, hits: list[Hit],
                    retrieval: int | None) -> tuple[str, list[Hit]]:
+        """The authors' ``TokenRAG`` loop: draft a chunk, check its sentences, retrieve, append the continuation whole.
+
+        Their drafts carry no passages: passages from a retrieval go into the one continuation
+        written with them and are then dropped (initial passages, off by default for this variant,
+        stay in every draft). Texts are glued exactly as their code glues them.
+        """
         cfg, engine = self.config, self.engine
-        shots = common.shots(cfg, question)
+        shots = common.shots(cfg, question, separator="\n")
+        initial = hits
         text = ""
         for rnd in range(cfg.max_rounds):
             rec.step = rnd
             old_len = len(text)
-            segments = prompts.build_prompt(question, shots=shots, hits=hits, answer_so_far=text)
-            gen = common.generate(engine, rec, segments, max_new_tokens=cfg.max_length, purpose="draft")
+            segments = prompts.build_prompt(question, shots=shots, hits=initial, answer_raw=" " + text)
+            gen = common.generate_reference(engine, rec, segments, max_new_tokens=cfg.max_length, purpose="draft")
             common.continuation(rec, gen, retrieval)
-            found = self._reference_check(rec, gen)
-            if found is None:
-                text = prompts.join_text(text, gen.text)
-                retrieval = None
+            decision = self._reference_check(rec, gen)
+            if decision is None:
+                text = rules.append_text(text, gen.text)
             else:
-                cut_token, query, masked = found
-                ptext = common.cut(rec, gen, cut_token, reason="sentences before the unsure one are kept")
+                kept = decision.kept_text
+                common.cut(rec, gen, common.token_at_char(gen, decision.sentence_start), kept_as=kept,
+                           reason="sentences before the unsure one are kept")
+                query = common.truncate_query(engine, decision.masked_sentence.replace(rules.MASK, ""),
+                                              rules.MAX_QUERY_TOKENS)
                 hits, retrieval = common.search(rec, self.retriever, query, cfg.top_k, source="masked-sentence",
-                                                masked=masked)
+                                                masked=decision.masked_tokens, sentence=decision.masked_sentence)
                 segments = prompts.build_prompt(question, shots=shots, hits=hits,
-                                                answer_so_far=prompts.join_text(text, ptext))
-                regen = common.generate(engine, rec, segments, max_new_tokens=cfg.max_length, purpose="continuation")
+                                                answer_raw=" " + text + " " + kept.strip())
+                regen = common.generate_reference(engine, rec, segments, max_new_tokens=cfg.max_length,
+                                                  purpose="continuation")
                 common.continuation(rec, regen, retrieval)
-                text = prompts.join_text(text, ptext, regen.text)
-            if common.reference_should_stop(engine, text, old_len, max_length=cfg.max_length):
+                text = text.strip() + " " + kept.strip() + " " + regen.text.strip()
+            retrieval = None
+            if rules.should_stop(text, old_len, engine.count_tokens(text, special=True), cfg.max_length):
                 break
         return text, hits
 
-    def _reference_check(self, rec: TraceRecorder, gen: Generation) -> tuple[int, str, list[str]] | None:
-        offsets = gen.offsets()
-        units: list[dict[str, Any]] = []
-        found = None
-        fired = None
-        for s_idx, sent in enumerate(get_language().sentences(gen.text)):
-            if "the answer is" in sent.text.lower():
-                break
-            idx = [i for i, start in enumerate(offsets) if sent.start_char <= start < sent.end_char]
-            if not idx:
-                continue
-            unsure = [1.0 - gen.tokens[i].prob for i in idx]
-            score = sum(unsure) / len(unsure)
-            units.append({"text": sent.text, "value": score, "eligible": True, "sentence": s_idx,
-                          "tokens": [idx[0], idx[-1] + 1]})
-            if score > self.config.threshold and found is None:
-                fired = len(units) - 1
-                drop = [u > self.config.threshold for u in unsure]
-                query = _masked([gen.tokens[i] for i in idx], drop)
-                masked = [gen.tokens[i].text.strip() for i, d in zip(idx, drop, strict=True) if d]
-                found = (idx[0], query, masked)
-                rec.add("trigger", span=gen.event_id, token_index=idx[0], signal="mean(1-p)", value=score,
-                        threshold=self.config.threshold, token=gen.tokens[idx[0]].text, sentence=s_idx)
+    def _reference_check(self, rec: TraceRecorder, gen: Generation) -> rules.TokenDecision | None:
+        """Check the chunk as the authors' code does (tokens decoded one by one) and record the check and trigger."""
+        engine = self.engine
+        tokens = [engine.decode([i], special=True) for i in gen.ids]
+        units, decision = rules.token_decision(gen.text, tokens, [t.logprob for t in gen.tokens],
+                                               self.config.threshold, get_language())
+        fired = decision.sentence if decision is not None else None
         common.check(rec, span=gen.event_id, signal="mean(1-p)", threshold=self.config.threshold, compare=">",
-                     units=units, fired=fired, unit="sentence",
-                     rule="first sentence whose mean 1 - p over its tokens exceeds the threshold")
-        return found
+                     units=units, fired=fired, unit="sentence", decoded_tokens=tokens,
+                     rule="first sentence whose mean 1 - p over the tokens the code gives it exceeds the threshold")
+        if decision is not None and decision.tokens:
+            first = decision.tokens.start
+            rec.add("trigger", span=gen.event_id, token_index=first, signal="mean(1-p)", value=decision.score,
+                    threshold=self.config.threshold, token=gen.tokens[first].text, sentence=decision.sentence)
+        return decision

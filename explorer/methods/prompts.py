@@ -97,11 +97,15 @@ def question_kind(question: str) -> str:
     return "yesno" if _YESNO_START.match(question.strip()) else "multihop"
 
 
-def exemplars(question: str, which: str = "auto", count: int = 6) -> str:
-    """The few-shot block: ``count`` exemplars of the chosen (or guessed) kind."""
+def exemplars(question: str, which: str = "auto", count: int = 6, *, separator: str = "\n\n") -> str:
+    """The few-shot block: ``count`` exemplars of the chosen (or guessed) kind.
+
+    Each exemplar ends with ``separator``: a blank line by default; the reference variants use a
+    single newline, the layout of the authors' prompts (``"".join(case + "\n" for case in demo)``).
+    """
     kind = question_kind(question) if which == "auto" else which
     chosen = EXEMPLAR_SETS[kind][:count]
-    return "".join(f"Question: {q}\nAnswer: {a}\n\n" for q, a in chosen)
+    return "".join(f"Question: {q}\nAnswer: {a}{separator}" for q, a in chosen)
 
 
 def passage_text(passage: Passage) -> str:
@@ -114,15 +118,24 @@ def context_block(hits: Sequence[Hit]) -> str:
     return f"Context:\n{lines}{CONTEXT_INSTRUCTION}\n"
 
 
-def build_prompt(question: str, *, shots: str, hits: Sequence[Hit] = (), answer_so_far: str = "") -> Segments:
-    """Exemplars, optional context, the question and the answer written so far, as labelled segments."""
+def build_prompt(question: str, *, shots: str, hits: Sequence[Hit] = (), answer_so_far: str = "",
+                 answer_raw: str | None = None) -> Segments:
+    """Exemplars, optional context, the question and the answer written so far, as labelled segments.
+
+    The answer so far follows ``Answer:`` after one space, stripped. ``answer_raw`` instead appends
+    that exact text (spaces included), for the reference variants, whose prompts keep the spacing
+    the authors' string joins produce.
+    """
     segments: Segments = [("exemplars", shots)] if shots else []
     if hits:
         segments.append(("context", context_block(hits)))
     segments.append(("question_label", "Question: "))
     segments.append(("question", question.strip()))
     segments.append(("answer_label", "\nAnswer:"))
-    if answer_so_far.strip():
+    if answer_raw is not None:
+        if answer_raw:
+            segments.append(("answer", answer_raw))
+    elif answer_so_far.strip():
         segments.append(("answer", " " + answer_so_far.strip()))
     return segments
 

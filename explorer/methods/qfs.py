@@ -14,6 +14,8 @@ from typing import Any
 from explorer.engine.generation import Engine, Generation
 from explorer.engine.language import get_language, is_stopword
 from explorer.engine.signals import merge_words
+from explorer.methods import common
+from explorer.methods import reference_rules as rules
 
 #: Prompt segments whose tokens QFS may choose from: the question and the answer written so far.
 QUERY_SEGMENTS = ("question", "answer")
@@ -24,12 +26,16 @@ class QfsResult:
     query: str
     candidates: list[dict[str, Any]] = field(default_factory=list)
     note: str | None = None
+    #: The reference re-encodes a text of its own to read attention from; it is kept here.
+    encoded: str | None = None
 
     def details(self) -> dict[str, Any]:
         chosen = [c["text"] for c in self.candidates if c["chosen"]]
         out: dict[str, Any] = {"candidates": self.candidates, "chosen": chosen}
         if self.note:
             out["qfs_note"] = self.note
+        if self.encoded is not None:
+            out["encoded"] = self.encoded
         return out
 
 
@@ -74,58 +80,24 @@ def paper_query(gen: Generation, trigger: int, top_n: int, *, skip_stopwords: bo
     return QfsResult(query=query, candidates=items)
 
 
-def reference_query(engine: Engine, prev_text: str, sentence_words: list[str], flagged: list[bool], top_n: int,
+def reference_query(engine: Engine, all_text: str, sentence_words: list[str], flagged: list[bool], top_n: int,
                     *, max_query_tokens: int = 64) -> QfsResult:
-    """The reference's QFS ("real words"): re-encode, average attention of the flagged words, keep content words.
+    """The reference's QFS ("real words"): re-encode the text, weigh earlier words by the flagged words' attention.
 
-    One forward pass over ``prev_text + " " + sentence words``. For every word, the head-mean
-    last-layer attention rows of the positions that predicted its tokens, each restricted to
-    positions before the word and normalised to sum 1, are averaged; those vectors are averaged
-    over the flagged words. Content words (spaCy NOUN, ADJ, VERB, PROPN, NUM, matched as
-    substrings as the reference does) that are not themselves flagged are ranked by weight; the
-    top n go back in text order. BM25 sees at most the last ``max_query_tokens`` model tokens.
+    ``all_text`` is what the authors' code re-encodes before the flagged sentence's words:
+    ``question + " " + text + " " + kept`` (spacing included: it changes the attention). One
+    forward pass over ``all_text + " " + words`` (with the tokenizer's special tokens, as
+    ``tokenizer.encode`` adds them); :func:`explorer.methods.reference_rules.real_words_query`
+    decides from its last-layer attention. BM25 then sees the query re-encoded and cut to its last
+    ``max_query_tokens`` tokens.
     """
-    all_text = (prev_text + " " + " ".join(sentence_words)).strip()
-    ids = engine.tokenize(all_text)
-    texts = engine.token_texts(ids)
-    words = merge_words(texts)
-    attn = engine.attention_matrix(ids)  # (q, k) head mean
-    n_tok = len(ids)
-    word_vectors = []
-    for w in words:
-        acc = [0.0] * n_tok
-        for i in range(w.start, w.end):
-            if i == 0 or w.start == 0:
-                continue
-            v = attn[i - 1, : w.start]
-            total = float(v.sum())
-            if total > 0:
-                for j, x in enumerate((v / total).tolist()):
-                    acc[j] += x
-        acc = [x / (w.end - w.start) for x in acc]
-        word_vectors.append([sum(acc[u.start:u.end]) for u in words])
-    current_start = max(0, len(words) - len(sentence_words))
-    hit_rows = [word_vectors[current_start + i] for i, f in enumerate(flagged) if f and current_start + i < len(words)]
-    note = None
-    if not hit_rows:
-        note = ("every word over the threshold was removed by the content-word filter; the reference divides by "
-                "zero here, so all weights are undefined and the query is arbitrary. The explorer uses zero weights.")
-        forward = [0.0] * len(words)
-    else:
-        forward = [sum(col) / len(hit_rows) for col in zip(*hit_rows, strict=True)]
-    real = {t.text for t in get_language().pos_tags(all_text) if t.pos in ("NOUN", "ADJ", "VERB", "PROPN", "NUM")}
-    items = []
-    for i, w in enumerate(words):
-        is_flagged = i >= current_start and (i - current_start) < len(flagged) and flagged[i - current_start]
-        eligible = (not is_flagged) and any(r in w.text for r in real)
-        items.append({"text": w.text, "weight": forward[i], "eligible": eligible, "flagged": is_flagged,
-                      "segment": "current" if i >= current_start else "context", "tokens": [w.start, w.end]})
-    ranked = sorted((it for it in items if it["eligible"]), key=lambda it: -it["weight"])[:top_n]
-    keep = {id(it) for it in ranked}
-    for it in items:
-        it["chosen"] = id(it) in keep
-    query = " ".join(it["text"] for it in items if it["chosen"])
-    q_ids = engine.tokenize(query)
-    if len(q_ids) > max_query_tokens:
-        query = engine.decode(q_ids[-max_query_tokens:]).strip()
-    return QfsResult(query=query, candidates=items, note=note)
+    text = all_text + " " + " ".join(sentence_words)
+    ids = engine.tokenize(text, special=True)
+    pieces = engine.token_texts(ids, special=True)
+    words = merge_words(pieces, [i in engine.special_ids for i in ids])
+    attention = engine.attention_matrix(ids).double().numpy()  # (q, k) head mean
+    real = rules.real_words(text, get_language())
+    found = rules.real_words_query([(w.start, w.end, w.text) for w in words], attention, len(sentence_words),
+                                   flagged, top_n, real)
+    query = common.truncate_query(engine, found.query, max_query_tokens)
+    return QfsResult(query=query, candidates=found.candidates, note=found.note, encoded=text)

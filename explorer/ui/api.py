@@ -21,6 +21,7 @@ import gradio as gr
 
 from explorer.errors import ExplorerError
 from explorer.store import RunStore
+from explorer.trace import Trace
 from explorer.ui.controller import RunController
 from explorer.ui.controls import RunSpec, build_specs, params
 
@@ -41,14 +42,21 @@ def _settings(method: str, text: str) -> dict[tuple[str, str], Any]:
     return {(method, k): v for k, v in values.items()}
 
 
+def run_settings(controller: RunController, model: str, question: str, method: str, variant: str,
+                 settings: str) -> Trace:
+    """What ``/run`` does: the settings JSON holds the user's values, resolved by the run like ``--set``'s."""
+    spec: RunSpec = build_specs([method], {method: variant}, _settings(method, settings), model=model,
+                                explicit=True)[0]
+    return controller.run_one(question, spec)
+
+
 def register(controller: RunController, store: RunStore, model: str) -> None:
     """Add the named endpoints to the Blocks being built."""
 
     def run(question: str, method: str = "dragin", variant: str = "", settings: str = "{}") -> dict[str, Any]:
         """Run one method on one question, store the run, and return its id, status, answer and costs."""
         try:
-            spec: RunSpec = build_specs([method], {method: variant}, _settings(method, settings), model=model)[0]
-            trace = controller.run_one(question, spec)
+            trace = run_settings(controller, model, question, method, variant, settings)
         except ExplorerError as exc:
             raise gr.Error(exc.message, print_exception=False) from None
         return {"run_id": trace.run_id, "status": trace.status, "answer": trace.answer, "output": trace.output,

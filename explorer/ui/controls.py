@@ -13,7 +13,7 @@ from typing import Any
 
 from explorer.errors import ConfigError, ExplorerError
 from explorer.methods.base import METHODS, get_method
-from explorer.methods.presets import preset_for
+from explorer.methods.resolve import resolve_config
 
 #: The order methods are offered in: baselines first, then the papers' methods; new ones follow.
 PREFERRED_ORDER = ("wo", "sr", "fl", "fs", "flare", "dragin", "seakr", "blendfilter", "drrag")
@@ -89,15 +89,19 @@ def model_name(spec: str) -> str:
 
 
 def shown_default(param: Param, variant: str, model: str) -> Any:
-    """What a control starts at: the model's preset when there is one (thresholds do not transfer), else the paper's."""
-    return preset_for(model, param.method, variant).get(param.name, param.default)
+    """What a control starts at: the value a run resolves when the user sets nothing (:func:`resolve_config`)."""
+    return getattr(resolve_config(param.method, variant, model, {}).config, param.name)
 
 
 def preset_note(param: Param, variant: str, model: str) -> str:
-    value = preset_for(model, param.method, variant).get(param.name)
-    if value is None:
-        return ""
-    return f"preset for {model}: {value} (paper default {param.default}; thresholds do not transfer across models)"
+    resolved = resolve_config(param.method, variant, model, {})
+    source = resolved.sources.get(param.name)
+    value = getattr(resolved.config, param.name)
+    if source == "preset":
+        return f"preset for {model}: {value} (paper default {param.default}; thresholds do not transfer across models)"
+    if source == "variant":
+        return f"{variant} variant: {value} (paper default {param.default}; the variant's code does this)"
+    return ""
 
 
 @dataclass(frozen=True)
@@ -119,11 +123,13 @@ def _clean(value: Any) -> Any:
 
 
 def build_specs(methods: list[str], chosen_variants: dict[str, str],
-                values: dict[tuple[str, str], Any], *, model: str = "") -> list[RunSpec]:
+                values: dict[tuple[str, str], Any], *, model: str = "", explicit: bool = False) -> list[RunSpec]:
     """Validate every chosen method's settings; the first bad value raises its ConfigError.
 
-    Only values that differ from what the control started at are passed on, so a model's preset
-    is applied by the run itself, which records in the trace that it came from a preset.
+    From the app's controls only values that differ from what the control started at are passed
+    on, so a model's preset is applied by the run itself, which records in the trace that it came
+    from a preset. ``explicit`` (the scripting API) passes every given value on as the user's, as
+    ``--set`` does on the command line.
     """
     if not methods:
         raise ExplorerError("no method is selected", where="methods", fix="tick at least one method to run")
@@ -141,8 +147,8 @@ def build_specs(methods: list[str], chosen_variants: dict[str, str],
             value = _clean(values[(method, p.name)])
             if p.type == "float" and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)
-            if value != shown_default(p, variant, model):
+            if explicit or value != shown_default(p, variant, model):
                 settings[p.name] = value
-        cls.Config.from_dict({**preset_for(model, method, variant), **settings})  # validate now, before any run
+        resolve_config(method, variant, model, settings)  # validate now, before any run
         specs.append(RunSpec(method=method, variant=variant, config=settings))
     return specs

@@ -1,0 +1,161 @@
+"""How often the reference variants decide exactly what an independent oracle of the authors' code decides.
+
+For each question and threshold the method runs through the explorer (its trace) and the oracle
+(tests/reference_oracle.py: the authors' loop step by step, on ``model.generate`` and plain forward
+passes) runs beside it, over the same retriever. Their rounds are compared: whether a chunk fires,
+which sentence, the kept text, the query and the kept continuation, for the first decision (before
+any retrieval) and for every decision after the first retrieval. Questions: demo questions over
+the demo corpus and HotpotQA questions over the benchmark corpus when ../shared/data is there.
+
+    .venv/bin/python -m benchmarks.bench_reference_agreement [--questions 15] [--thresholds 3,8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.common import cpu_name, write_result  # noqa: E402
+from explorer.engine.loader import load_model  # noqa: E402
+from explorer.eval.datasets import load_dataset  # noqa: E402
+from explorer.methods import prompts  # noqa: E402
+from explorer.methods import reference_rules as rules  # noqa: E402
+from explorer.methods.base import run_question  # noqa: E402
+from explorer.paths import shared_data_dir  # noqa: E402
+from explorer.runtime import open_runtime  # noqa: E402
+from explorer.trace import Trace  # noqa: E402
+from tests import reference_oracle as oracle  # noqa: E402
+
+FIELDS = ("fired", "sentence", "kept", "query", "continuation")
+
+
+def rounds_of(trace: Trace) -> list[oracle.Round]:
+    """The rounds a trace records, in the oracle's terms."""
+    events = trace.events
+    out = []
+    for draft in (e for e in events if e.kind == "generation" and e.payload["purpose"] == "draft"):
+        trigger = next((e for e in events if e.kind == "trigger" and e.payload["span"] == draft.id), None)
+        if trigger is None:
+            out.append(oracle.Round(False))
+            continue
+        cut = next(e for e in events if e.kind == "truncation" and e.payload["span"] == draft.id)
+        query = next(e for e in events if e.kind == "query" and e.id > draft.id)
+        cont = next(e for e in events if e.kind == "generation" and e.payload["purpose"] == "continuation"
+                    and e.id > draft.id)
+        out.append(oracle.Round(True, trigger.payload.get("sentence"), cut.payload.get("kept_as", ""),
+                                query.payload["text"], cont.payload["text"]))
+    return out
+
+
+@dataclass
+class Agreement:
+    first: dict[str, int]
+    later: dict[str, int]
+    questions: int = 0
+    later_compared: int = 0
+    fired_first: int = 0
+    disagreements: list[str] | None = None
+
+
+def compare(ours: list[oracle.Round], theirs: list[oracle.Round], method: str, lang) -> tuple[dict, dict | None]:
+    def key(r: oracle.Round, field: str):
+        if field == "continuation" and r.continuation is not None and method == "dragin":
+            return rules.first_sentence(r.continuation, lang)
+        return getattr(r, field)
+
+    first = {f: key(ours[0], f) == key(theirs[0], f) for f in FIELDS} if ours and theirs else None
+    later = None
+    fired_at = next((i for i, r in enumerate(theirs) if r.fired), None)
+    if fired_at is not None:
+        a, b = ours[fired_at + 1:], theirs[fired_at + 1:]
+        later = {f: len(a) == len(b) and all(key(x, f) == key(y, f) for x, y in zip(a, b, strict=False))
+                 for f in FIELDS}
+    return first or {}, later
+
+
+def main() -> None:
+    from explorer.engine.language import get_language
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--questions", type=int, default=15, help="demo questions, and as many HotpotQA ones")
+    parser.add_argument("--dragin-thresholds", default="3,8", help="DRAGIN θ: one firing often, one rarely")
+    parser.add_argument("--flare-thresholds", default="0.2,0.5", help="FLARE θ: one firing often, one rarely")
+    parser.add_argument("--max-length", type=int, default=64)
+    parser.add_argument("--out", default=str(ROOT / "benchmarks/results/reference_agreement.md"))
+    args = parser.parse_args()
+    lang = get_language()
+    model = load_model("embedded", attn_implementation="eager").model
+    sets = [("demo", "demo", load_dataset("demo", limit=args.questions))]
+    if shared_data_dir().is_dir():
+        sets.append(("hotpotqa", "benchmark", load_dataset("hotpotqa", limit=args.questions)))
+    runtimes = {corpus: open_runtime("embedded", corpus) for _, corpus, _ in sets}
+    started = time.perf_counter()
+    table = []
+    for method, thresholds in (("dragin", args.dragin_thresholds), ("flare", args.flare_thresholds)):
+        for threshold in (float(t) for t in thresholds.split(",")):
+            agg = Agreement(first={f: 0 for f in FIELDS}, later={f: 0 for f in FIELDS}, disagreements=[])
+            for name, corpus, questions in sets:
+                runtime = runtimes[corpus]
+                tokenizer = runtime.engine.tokenizer
+
+                def search(query: str, k: int, runtime=runtime) -> list[str]:
+                    return [h.passage.as_context() for h in runtime.retriever.search(query, k)] if query.strip() else []
+
+                for q in questions:
+                    config = {"threshold": threshold, "max_length": args.max_length}
+                    trace = run_question(method, q.question, runtime, variant="reference", config=config)
+                    demo = prompts.exemplars(q.question, "auto", 6, separator="\n")
+                    loop = oracle.dragin_loop if method == "dragin" else oracle.flare_loop
+                    theirs = loop(model, tokenizer, search, q.question, demo, threshold=threshold,
+                                  max_length=args.max_length)
+                    ours = rounds_of(trace)
+                    first, later = compare(ours, theirs, method, lang)
+                    agg.questions += 1
+                    agg.fired_first += bool(theirs and theirs[0].fired)
+                    for f in FIELDS:
+                        agg.first[f] += first.get(f, False)
+                    if later is not None:
+                        agg.later_compared += 1
+                        for f in FIELDS:
+                            agg.later[f] += later[f]
+                    if not all(first.values()) or (later and not all(later.values())):
+                        agg.disagreements.append(f"{name} {q.id}")
+                    print(f"{method} θ={threshold} {name} {q.id}: first {first} later {later}", flush=True)
+            table.append((method, threshold, agg))
+    minutes = (time.perf_counter() - started) / 60
+    lines = [
+        "# Reference variants against an independent oracle of the authors' code",
+        "",
+        f"Embedded model, max_length {args.max_length}, {cpu_name()}, {minutes:.0f} min. "
+        f"Questions: {', '.join(f'{len(qs)} {n}' for n, _, qs in sets)}. Generated by "
+        "`python -m benchmarks.bench_reference_agreement`.",
+        "",
+        "First decision = the first chunk's check, before any retrieval; later = every round after the first "
+        "retrieval (compared only where the oracle retrieved), counted as agreeing when all of them agree.",
+        "",
+        "| method | θ | questions | first fires (oracle) | first: fire | sentence | cut | query | continuation "
+        "| later compared | later: fire | sentence | cut | query | continuation |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for method, threshold, a in table:
+        first = " | ".join(f"{a.first[f]}/{a.questions}" for f in FIELDS)
+        later = " | ".join(f"{a.later[f]}/{a.later_compared}" for f in FIELDS)
+        lines.append(f"| {method} reference | {threshold:g} | {a.questions} | {a.fired_first} | {first} | "
+                     f"{a.later_compared} | {later} |")
+    lines.append("")
+    for method, threshold, a in table:
+        if a.disagreements:
+            lines.append(f"- {method} θ = {threshold:g}: disagreements on {', '.join(a.disagreements)}")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    write_result(text, args.out)
+
+
+if __name__ == "__main__":
+    main()
