@@ -245,6 +245,37 @@ def _display_name(model: Any, resolved: _Resolved) -> str:
 
 
 def _load_weights(resolved: _Resolved, spec: str, dtype: str, device: str, attn: str) -> tuple[Any, Any]:
+    try:
+        return _load_weights_from(resolved, spec, dtype, device, attn)
+    except Exception as exc:
+        # A cut-off download surfaces as whatever the parser tripped on (numpy's "cannot
+        # reshape", struct's "unpack_from requires a buffer"): say what it really is.
+        damage = _gguf_damage(Path(resolved.location) / resolved.gguf_file) if resolved.gguf_file else None
+        if damage is not None:
+            raise damage from exc
+        raise
+
+
+def _gguf_damage(path: Path) -> ModelError | None:
+    """A ModelError when the GGUF file's own index does not fit in the file (truncated or corrupt), else None."""
+    try:
+        size = path.stat().st_size
+        from gguf import GGUFReader
+
+        reader = GGUFReader(str(path))
+        end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
+        reason = None if end <= size else f"its tensors need {end} bytes, the file has {size}"
+    except ImportError:
+        return None
+    except Exception as exc:  # noqa: BLE001 - any failure to read its own index is damage
+        reason = f"{type(exc).__name__}: {_first_line(exc)}"
+    if reason is None:
+        return None
+    return ModelError(f"the GGUF file is truncated or corrupt ({reason})", where=str(path),
+                      fix="download it again (compare its size and checksum with the source), or pass another model")
+
+
+def _load_weights_from(resolved: _Resolved, spec: str, dtype: str, device: str, attn: str) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
