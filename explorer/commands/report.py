@@ -7,7 +7,10 @@ that has the database file.
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
+
+from explorer.errors import ExplorerError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -22,10 +25,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from explorer.commands.eval import open_store
     from explorer.eval.report import write_report
+    from explorer.paths import default_db_path
+    from explorer.store import RunStore
 
-    store = open_store(args.db)
+    store = RunStore(args.db or default_db_path(), readonly=True)  # a report only reads: any copy, any medium
     if not args.name:
         evaluations = store.evaluations()
         if not evaluations:
@@ -36,10 +40,30 @@ def run(args: argparse.Namespace) -> int:
             print(f"{e['name']}  {e['status']}  started {e['created_at']}  runs: "
                   + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
         return 0
-    out = args.out or Path("reports") / _safe(args.name)
-    for path in write_report(store, args.name, out):
+    out = check_out_folder(args.out or Path("reports") / _safe(args.name))
+    try:
+        written = write_report(store, args.name, out)
+    except OSError as exc:
+        raise ExplorerError(f"cannot write the report ({exc.strerror or exc})", where=f"--out {out}",
+                            fix="choose a folder you can write to, with free space") from exc
+    for path in written:
         print(path)
     return 0
+
+
+def check_out_folder(out: Path) -> Path:
+    """The report folder, refused up front when it is a file or sits under one."""
+    out = Path(out).expanduser()
+    for candidate in (out, *out.parents):
+        if candidate.exists():
+            if not candidate.is_dir():
+                raise ExplorerError(f"{candidate} is a file, not a folder", where=f"--out {out}",
+                                    fix="name a folder for the report files (it is created if missing)")
+            if not os.access(candidate, os.W_OK):
+                raise ExplorerError(f"the folder {candidate} cannot be written", where=f"--out {out}",
+                                    fix="choose a folder you can write to")
+            break
+    return out
 
 
 def _safe(name: str) -> str:
