@@ -81,3 +81,29 @@ def write_text_file(path: Path, text: str, option: str) -> None:
         tmp.unlink(missing_ok=True)
         raise ExplorerError(f"cannot write the file ({exc.strerror or exc})", where=f"{option} {path}",
                             fix="check the path, free space and permissions") from exc
+
+
+def check_creatable(path: Path, option: str, *, folder: bool = False) -> Path:
+    """Refuse a path that could not be created later: under a file, or in a folder that cannot be written.
+
+    Missing folders are fine (the caller creates them); ``folder=True`` also refuses ``path``
+    being an existing file, where a folder is wanted.
+    """
+    from explorer.errors import ExplorerError
+
+    path = Path(path).expanduser()
+    if folder and path.exists() and not path.is_dir():
+        raise ExplorerError("this is a file, not a folder", where=f"{option} {path}",
+                            fix="name a folder (it is created if missing)")
+    if not folder and path.is_dir():
+        raise ExplorerError("this is a folder, not a file", where=f"{option} {path}", fix="name a file inside it")
+    for candidate in (path.parents if not folder or not path.exists() else [path]):
+        if candidate.exists():
+            if not candidate.is_dir():
+                raise ExplorerError(f"{candidate} is a file, not a folder", where=f"{option} {path}",
+                                    fix="choose a path whose folders are folders")
+            if not os.access(candidate, os.W_OK):
+                raise ExplorerError(f"the folder {candidate} cannot be written", where=f"{option} {path}",
+                                    fix="choose a folder you can write to")
+            break
+    return path

@@ -75,9 +75,11 @@ def check_common(args: argparse.Namespace) -> None:
     from explorer.errors import ConfigError
 
     if args.limit is not None and args.limit < 1:
-        raise ConfigError(f"--limit must be at least 1, got {args.limit}", where="--limit")
+        raise ConfigError(f"--limit must be at least 1, got {args.limit}", where="--limit",
+                          fix="give a number of questions, e.g. --limit 20, or leave --limit out for all")
     if args.batch < 1:
-        raise ConfigError(f"--batch must be at least 1, got {args.batch}", where="--batch")
+        raise ConfigError(f"--batch must be at least 1, got {args.batch}", where="--batch",
+                          fix="write e.g. --batch 8 (runs per database transaction)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,10 +7,10 @@ that has the database file.
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 from explorer.errors import ExplorerError
+from explorer.paths import check_creatable
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{e['name']}  {e['status']}  started {e['created_at']}  runs: "
                   + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
         return 0
-    out = check_out_folder(args.out or Path("reports") / _safe(args.name))
+    out = check_creatable(args.out or Path("reports") / _safe(args.name), "--out", folder=True)
     try:
         written = write_report(store, args.name, out)
     except OSError as exc:
@@ -50,20 +50,6 @@ def run(args: argparse.Namespace) -> int:
         print(path)
     return 0
 
-
-def check_out_folder(out: Path) -> Path:
-    """The report folder, refused up front when it is a file or sits under one."""
-    out = Path(out).expanduser()
-    for candidate in (out, *out.parents):
-        if candidate.exists():
-            if not candidate.is_dir():
-                raise ExplorerError(f"{candidate} is a file, not a folder", where=f"--out {out}",
-                                    fix="name a folder for the report files (it is created if missing)")
-            if not os.access(candidate, os.W_OK):
-                raise ExplorerError(f"the folder {candidate} cannot be written", where=f"--out {out}",
-                                    fix="choose a folder you can write to")
-            break
-    return out
 
 
 def _safe(name: str) -> str:

@@ -72,6 +72,10 @@ def check_before_loading(args: argparse.Namespace):
     if not (args.question or "").strip():
         raise ExplorerError("the question is empty", where="--question", fix='give the question, e.g. --question "Who '
                                                                               'wrote Hamlet?"')
+    from explorer.retrieval.corpora import NAMED_CORPORA, resolve_corpus_path
+
+    if args.corpus not in NAMED_CORPORA:
+        resolve_corpus_path(args.corpus)  # a missing corpus file, before the model (its content is read later)
     if args.json:
         args.json = check_output_file(args.json, "--json")
     if not args.db:

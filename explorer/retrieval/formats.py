@@ -340,7 +340,7 @@ def _check_format(fmt: str) -> str:
                "2wikimultihopqa": "2wiki", "hotpot": "hotpotqa", "folder": "txt", "text": "txt"}
     name = aliases.get(name, name)
     if name not in FORMATS:
-        raise CorpusError(f"unknown corpus format '{fmt}'", fix=_FORMAT_FIX)
+        raise CorpusError(f"unknown corpus format '{fmt}'", where="format", fix=_FORMAT_FIX)
     return name
 
 
