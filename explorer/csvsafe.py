@@ -7,6 +7,10 @@ advises against CSV injection, such a cell gets a leading single quote, which sp
 as text. The full-width forms of those signs are treated the same, since some spreadsheets fold
 them. Numbers stay numbers: a cell that is only a number (``-0.5``, ``+3``, ``1e-6``) cannot
 be a formula and is left as it is, so numeric columns still sort and sum.
+
+A carriage return inside a cell becomes a line feed: a writer whose line ends are ``\n`` does
+not quote a cell with a bare ``\r``, and a spreadsheet would start a new row there, whose first
+cell is a formula again. A cell with a line feed is always quoted.
 """
 
 from __future__ import annotations
@@ -24,8 +28,8 @@ def safe_cell(value: Any) -> Any:
     if not isinstance(value, str):
         return value
     if value.lstrip(" ").startswith(FORMULA_STARTS) and not _NUMBER.match(value.strip()):
-        return "'" + value
-    return value
+        value = "'" + value
+    return value.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def safe_row(values: Iterable[Any]) -> list[Any]:

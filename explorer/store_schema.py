@@ -173,8 +173,8 @@ def backup(conn: sqlite3.Connection, path: Path, version: int) -> Path:
 
 def prepare(conn: sqlite3.Connection, path: Path) -> Path | None:
     """Create the tables of a new file or migrate an older one; returns the backup copy it made, if any."""
+    version = check_known(conn, path)  # before anything is written: a newer or foreign file stays as it is
     conn.execute("PRAGMA journal_mode = WAL")
-    version = check_known(conn, path)
     made: Path | None = None
     if version == 0:
         conn.execute("BEGIN IMMEDIATE")
