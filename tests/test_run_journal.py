@@ -221,3 +221,19 @@ def test_kill_9_during_a_long_run_leaves_it_interrupted_with_its_partial_events(
     assert trace.method == "dragin" and trace.status == "interrupted"
     assert len(trace.events) >= seen + 1
     assert any(e.kind == "generation" for e in trace.events) and any(e.kind == "retrieval" for e in trace.events)
+
+
+def test_a_nan_threshold_stored_before_it_was_refused_does_not_break_the_what_if_slider(tmp_db) -> None:
+    from explorer.ui.history import TraceCache
+    from explorer.ui.viewblock import theta_update
+    from tests.ui_payloads import hostile_trace
+
+    trace = hostile_trace("oldnan0000000000")
+    for event in trace.events:
+        if event.kind == "check":
+            event.payload["threshold"] = float("nan")
+            event.payload["units"][0]["value"] = float("inf")
+    store = RunStore(tmp_db)
+    store.save(trace)
+    update = theta_update(TraceCache(store), trace.run_id)
+    assert all(v == v and abs(v) != float("inf") for v in (update["minimum"], update["maximum"], update["value"]))
