@@ -196,6 +196,13 @@ CLI_CASES = [
     Case("sweep-nan-value", ("sweep", "--method", "dragin", "--param", "threshold", "--values", "0.1,nan",
                              "--dataset", "demo", "--db", "{db}"), ("not a finite number",)),
     Case("methods-unknown", ("methods", "bogus"), ("unknown method 'bogus'",)),
+    Case("sweep-out-under-file", ("sweep", "--method", "dragin", "--param", "threshold", "--values", "0.1,0.2",
+                                  "--dataset", "demo", "--out", "{file}/r", "--db", "{db}"),
+         ("is a file, not a folder",)),
+    Case("train-classifier-out-under-file", ("train-classifier", "--out", "{file}/m.npz"),
+         ("is a file, not a folder",)),
+    Case("retrieval-metrics-out-under-file", ("retrieval-metrics", "--out", "{file}/r.md"),
+         ("is a file, not a folder",)),
 ]
 
 ARGPARSE_CASES = [

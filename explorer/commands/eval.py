@@ -68,7 +68,13 @@ def open_store(db: str | None):
     from explorer.paths import default_db_path
     from explorer.store import RunStore
 
-    return RunStore(db or default_db_path())
+    store = RunStore(db or default_db_path())
+    if store.readonly:  # refused before any model or dataset is loaded: the runs could not be stored
+        from explorer.errors import ExplorerError
+
+        raise ExplorerError("the run database is read-only, so the runs could not be stored", where=str(store.path),
+                            fix="choose another --db, or make the file and its folder writable")
+    return store
 
 
 def check_common(args: argparse.Namespace) -> None:
