@@ -37,6 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     except ExplorerError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 1
+    except OSError as exc:  # a path the commands did not check ahead: still one clear line, no traceback
+        where = exc.filename or "a file"
+        print(f"error: {where}: {exc.strerror or exc} Fix: check the path, its folders, permissions and free "
+              "space", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

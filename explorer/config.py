@@ -9,6 +9,7 @@ evaluation runner, so a new parameter appears everywhere at once.
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -48,10 +49,15 @@ class Config:
             if choices is not None and value not in choices:
                 raise ConfigError(f"{value!r} is not allowed", where=where,
                                   fix=f"use one of {', '.join(map(repr, choices))}")
+            if isinstance(value, float) and not math.isfinite(value):
+                # NaN passes every comparison and infinity passes a one-sided range: both would run
+                # silently with a meaningless value (and NaN does not round-trip through JSON).
+                raise ConfigError(f"{value!r} is not a finite number", where=where,
+                                  fix=f"use a number in [{_fmt(lo)}, {_fmt(hi, 'inf')}]")
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 if (lo is not None and value < lo) or (hi is not None and value > hi):
                     raise ConfigError(f"{value!r} is out of range", where=where,
-                                      fix=f"use a value in [{_fmt(lo)}, {_fmt(hi)}]")
+                                      fix=f"use a value in [{_fmt(lo)}, {_fmt(hi, 'inf')}]")
         self.check()
 
     def check(self) -> None:
@@ -104,8 +110,8 @@ def parse_assignments(items: list[str]) -> dict[str, Any]:
     return out
 
 
-def _fmt(x: float | None) -> str:
-    return "-inf" if x is None else f"{x:g}"
+def _fmt(x: float | None, missing: str = "-inf") -> str:
+    return missing if x is None else f"{x:g}"
 
 
 def _type_name(t: Any) -> str:

@@ -7,6 +7,9 @@ the web app can show one clear message instead of a traceback.
 
 from __future__ import annotations
 
+import json
+import re
+
 
 class ExplorerError(Exception):
     """A problem the user can fix; ``str()`` gives the full message."""
@@ -39,3 +42,37 @@ class ModelError(ExplorerError):
 
 class DatasetError(ExplorerError):
     """A benchmark dataset file is missing or malformed."""
+
+
+# An absolute path (POSIX, home-relative or Windows) inside a message; not the '//' of a URL.
+_PATH = re.compile(r"(?<![\w.:/~-])(?:~|[A-Za-z]:)?[/\\](?:[^\s'\"()\[\]<>,;|]+[/\\])*([^\s'\"()\[\]<>,;|/\\]*)")
+
+
+def hide_paths(text: str | None) -> str | None:
+    """``text`` with every absolute path cut to its last part (``/srv/x/corpus.jsonl:12`` -> ``corpus.jsonl:12``)."""
+    if not text:
+        return text
+    return _PATH.sub(lambda m: m.group(1) or "(a server folder)", text)
+
+
+def public_message(exc: ExplorerError, where: str | None = None) -> str:
+    """The message for someone across the network: what and how to fix it, without the server's file system.
+
+    A ``where`` that is a server path (the run database, a model folder) is replaced by ``where``
+    (a name the client knows, such as ``run_id``) or dropped; paths inside the text keep only
+    their last part. The full message belongs in the server's log.
+    """
+    place = exc.where
+    if place and hide_paths(place) != place:
+        place = where
+    return ExplorerError(hide_paths(exc.what) or "", where=place, fix=hide_paths(exc.fix)).message
+
+
+def json_problem(exc: json.JSONDecodeError, *, column: bool = True) -> str:
+    """json's reason, with its column unless the caller names the position itself.
+
+    json's own text may already end in "at" ("Invalid control character at"): it is cut, so the
+    message never says "at at column".
+    """
+    reason = exc.msg[:-3] if exc.msg.endswith(" at") else exc.msg
+    return f"{reason} at column {exc.colno}" if column else reason

@@ -39,3 +39,71 @@ def default_db_path() -> Path:
     """The SQLite file that stores runs unless ``--db`` or ``EXPLORER_DB`` says otherwise."""
     env = os.environ.get("EXPLORER_DB")
     return Path(env) if env else cache_dir() / "runs.sqlite"
+
+
+def check_output_file(path: Path, option: str) -> Path:
+    """Refuse, before any work is done, an output file that could not be written later.
+
+    Checked: the path is not a folder, its folder exists (a missing one is not created behind
+    the user's back, since a typo there would scatter files), and both can be written.
+    """
+    from explorer.errors import ExplorerError
+
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise ExplorerError("this is a folder, not a file", where=f"{option} {path}",
+                            fix=f"name a file inside it, e.g. {option} {path / 'trace.json'}")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.exists():
+        raise ExplorerError(f"the folder {parent} does not exist", where=f"{option} {path}",
+                            fix=f"create it first (mkdir -p {parent}) or choose another path")
+    if not parent.is_dir():
+        raise ExplorerError(f"{parent} is a file, not a folder", where=f"{option} {path}",
+                            fix="choose a path inside a folder")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ExplorerError("the file exists and cannot be written", where=f"{option} {path}",
+                            fix="choose another path or change its permissions")
+    if not path.exists() and not os.access(parent, os.W_OK):
+        raise ExplorerError(f"the folder {parent} cannot be written", where=f"{option} {path}",
+                            fix="choose a path in a folder you can write to")
+    return path
+
+
+def write_text_file(path: Path, text: str, option: str) -> None:
+    """Write ``text`` whole or not at all (a temporary file renamed over the target)."""
+    from explorer.errors import ExplorerError
+
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise ExplorerError(f"cannot write the file ({exc.strerror or exc})", where=f"{option} {path}",
+                            fix="check the path, free space and permissions") from exc
+
+
+def check_creatable(path: Path, option: str, *, folder: bool = False) -> Path:
+    """Refuse a path that could not be created later: under a file, or in a folder that cannot be written.
+
+    Missing folders are fine (the caller creates them); ``folder=True`` also refuses ``path``
+    being an existing file, where a folder is wanted.
+    """
+    from explorer.errors import ExplorerError
+
+    path = Path(path).expanduser()
+    if folder and path.exists() and not path.is_dir():
+        raise ExplorerError("this is a file, not a folder", where=f"{option} {path}",
+                            fix="name a folder (it is created if missing)")
+    if not folder and path.is_dir():
+        raise ExplorerError("this is a folder, not a file", where=f"{option} {path}", fix="name a file inside it")
+    for candidate in (path.parents if not folder or not path.exists() else [path]):
+        if candidate.exists():
+            if not candidate.is_dir():
+                raise ExplorerError(f"{candidate} is a file, not a folder", where=f"{option} {path}",
+                                    fix="choose a path whose folders are folders")
+            if not os.access(candidate, os.W_OK):
+                raise ExplorerError(f"the folder {candidate} cannot be written", where=f"{option} {path}",
+                                    fix="choose a folder you can write to")
+            break
+    return path

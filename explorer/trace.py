@@ -79,7 +79,8 @@ EVENT_SCHEMA: dict[str, tuple[str, ...]] = {
     "note": ("message",),
 }
 
-STATUSES = ("running", "complete", "cancelled", "error")
+#: ``interrupted``: the process stopped mid-run (killed, crashed); the trace ends at its last checkpoint.
+STATUSES = ("running", "complete", "cancelled", "error", "interrupted")
 
 
 @dataclass

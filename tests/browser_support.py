@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -62,9 +63,10 @@ def write_corpus(path: Path, extra: list[dict[str, Any]]) -> Path:
     return path
 
 
-def start_app(workdir: Path, *, corpus: str = "demo", name: str = "app", timeout: float = 120.0) -> App:
+def start_app(workdir: Path, *, corpus: str = "demo", name: str = "app", timeout: float = 120.0,
+              extra_args: tuple[str, ...] = (), db: Path | None = None) -> App:
     port = free_port()
-    db = workdir / f"{name}.sqlite"
+    db = db or workdir / f"{name}.sqlite"
     ARTIFACTS.mkdir(exist_ok=True)
     log = ARTIFACTS / f"server-{name}.log"
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
@@ -74,7 +76,8 @@ def start_app(workdir: Path, *, corpus: str = "demo", name: str = "app", timeout
     env.setdefault("OMP_NUM_THREADS", "1")
     with log.open("w") as out:
         proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port), "--db", str(db),
-                                 "--corpus", corpus], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+                                 "--corpus", corpus, *extra_args], cwd=ROOT, env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -84,6 +87,8 @@ def start_app(workdir: Path, *, corpus: str = "demo", name: str = "app", timeout
             with urllib.request.urlopen(url, timeout=2) as r:
                 if r.status == 200:
                     return App(url=url, db=db, proc=proc, log=log)
+        except urllib.error.HTTPError:  # answering, behind a login
+            return App(url=url, db=db, proc=proc, log=log)
         except OSError:
             time.sleep(0.5)
     proc.kill()

@@ -379,10 +379,16 @@ def test_killing_the_server_mid_run_leaves_the_database_sound(context, tmp_path)
     with sqlite3.connect(server.db) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     store = RunStore(server.db)
-    assert [r["run_id"] for r in store.list()] == [done["run_id"]]
+    rows = {r["run_id"]: r for r in store.list()}
+    assert len(rows) == 2 and done["run_id"] in rows
     trace = store.get(done["run_id"])
     trace.validate()
     assert trace.status == "complete" and trace.answer == done["answer"]
+    # The killed run was stored when it started: it reopens as interrupted, with what it had done.
+    killed = store.get(next(i for i in rows if i != done["run_id"]))
+    killed.validate()
+    assert killed.status == "interrupted" and killed.method == "dragin" and "seating capacity" in killed.question
+    assert killed.events[-1].kind == "note" and "last checkpoint" in killed.error
 
 
 @pytest.mark.slow

@@ -81,22 +81,30 @@ def _info(args: argparse.Namespace) -> int:
 
 def _convert(args: argparse.Namespace) -> int:
     from explorer.errors import ConfigError
+    from explorer.paths import check_creatable
     from explorer.retrieval.corpora import load_corpus
 
     if args.max_words < 1:
-        raise ConfigError(f"--max-words must be at least 1, got {args.max_words}")
-    out: Path = args.output
+        raise ConfigError(f"--max-words must be at least 1, got {args.max_words}", where="--max-words",
+                          fix="pass e.g. --max-words 100")
+    out: Path = check_creatable(args.output, "output")
     if out.exists() and not args.force:
-        raise ConfigError(f"{out} already exists", fix="choose another name or pass --force")
+        raise ConfigError("the file already exists", where=str(out), fix="choose another name or pass --force")
     if out.suffix.lower() != ".jsonl":
-        raise ConfigError(f"the output should be a .jsonl file, got '{out.name}'", fix="name it something.jsonl")
+        raise ConfigError(f"the output should be a .jsonl file, got '{out.name}'", where=str(out),
+                          fix="name it something.jsonl")
     corpus = load_corpus(args.source, args.fmt, max_words=args.max_words, show_progress=True)
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as stream:
-        for p in corpus.passages:
-            stream.write(json.dumps({"id": p.id, "title": p.title, "text": p.text}, ensure_ascii=False) + "\n")
-    os.replace(tmp, out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "w", encoding="utf-8") as stream:
+            for p in corpus.passages:
+                stream.write(json.dumps({"id": p.id, "title": p.title, "text": p.text}, ensure_ascii=False) + "\n")
+        os.replace(tmp, out)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise ConfigError(f"cannot write the file ({exc.strerror or exc})", where=str(out),
+                          fix="check the folder, its permissions and the free space") from exc
     print(f"wrote {len(corpus):,} passages from {corpus.documents:,} documents ({corpus.format}) to {out}")
     return 0
 

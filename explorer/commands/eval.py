@@ -68,16 +68,24 @@ def open_store(db: str | None):
     from explorer.paths import default_db_path
     from explorer.store import RunStore
 
-    return RunStore(db or default_db_path())
+    store = RunStore(db or default_db_path())
+    if store.readonly:  # refused before any model or dataset is loaded: the runs could not be stored
+        from explorer.errors import ExplorerError
+
+        raise ExplorerError("the run database is read-only, so the runs could not be stored", where=str(store.path),
+                            fix="choose another --db, or make the file and its folder writable")
+    return store
 
 
 def check_common(args: argparse.Namespace) -> None:
     from explorer.errors import ConfigError
 
     if args.limit is not None and args.limit < 1:
-        raise ConfigError(f"--limit must be at least 1, got {args.limit}", where="--limit")
+        raise ConfigError(f"--limit must be at least 1, got {args.limit}", where="--limit",
+                          fix="give a number of questions, e.g. --limit 20, or leave --limit out for all")
     if args.batch < 1:
-        raise ConfigError(f"--batch must be at least 1, got {args.batch}", where="--batch")
+        raise ConfigError(f"--batch must be at least 1, got {args.batch}", where="--batch",
+                          fix="write e.g. --batch 8 (runs per database transaction)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,6 +9,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from explorer.errors import ExplorerError
+from explorer.paths import check_creatable
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("report", help="write the tables and charts of a stored evaluation",
@@ -22,10 +25,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from explorer.commands.eval import open_store
     from explorer.eval.report import write_report
+    from explorer.paths import default_db_path
+    from explorer.store import RunStore
 
-    store = open_store(args.db)
+    store = RunStore(args.db or default_db_path(), readonly=True)  # a report only reads: any copy, any medium
     if not args.name:
         evaluations = store.evaluations()
         if not evaluations:
@@ -36,10 +40,16 @@ def run(args: argparse.Namespace) -> int:
             print(f"{e['name']}  {e['status']}  started {e['created_at']}  runs: "
                   + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
         return 0
-    out = args.out or Path("reports") / _safe(args.name)
-    for path in write_report(store, args.name, out):
+    out = check_creatable(args.out or Path("reports") / _safe(args.name), "--out", folder=True)
+    try:
+        written = write_report(store, args.name, out)
+    except OSError as exc:
+        raise ExplorerError(f"cannot write the report ({exc.strerror or exc})", where=f"--out {out}",
+                            fix="choose a folder you can write to, with free space") from exc
+    for path in written:
         print(path)
     return 0
+
 
 
 def _safe(name: str) -> str:

@@ -54,6 +54,10 @@ def run(args: argparse.Namespace) -> int:
     from explorer.eval.retrieval_metrics import METHODS, measure, render_markdown
     from explorer.paths import shared_data_dir
 
+    if str(args.out) != "-":
+        from explorer.paths import check_creatable
+
+        args.out = check_creatable(args.out, "--out")  # before the measuring, not after it
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = sorted(set(methods) - set(METHODS))
     if unknown or not methods:

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from explorer.retrieval.registry import open_retriever
 
     if args.k < 1:
-        raise ConfigError(f"-k must be at least 1, got {args.k}", fix="pass -k 5, for example")
+        raise ConfigError(f"-k must be at least 1, got {args.k}", where="-k", fix="pass -k 5, for example")
     retriever = open_retriever(args.corpus, progress=_progress, fmt=args.fmt)
     hits = retriever.search(args.query, args.k)
     if args.json:

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from explorer.config import parse_assignments
+from explorer.paths import check_output_file, write_text_file
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -35,24 +36,57 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from explorer.journal import RunJournal
     from explorer.methods.base import run_question
     from explorer.methods.resolve import resolve_config
     from explorer.runtime import open_runtime
     from explorer.summary import render_text
 
     given = parse_assignments(args.settings)
+    store = check_before_loading(args)
     resolve_config(args.method, args.variant, None, given)  # validate before loading anything
     runtime = open_runtime(args.model, args.corpus, dtype=args.dtype, device=args.device,
                            progress=lambda m: print(m, file=sys.stderr, flush=True))
+    journal = RunJournal(store) if store is not None else None
     # The values as given: the run resolves them with the model's preset, as the app and the evaluation do.
-    trace = run_question(args.method, args.question, runtime, variant=args.variant, config=given)
+    trace = run_question(args.method, args.question, runtime, variant=args.variant, config=given, journal=journal)
     print(render_text(trace))
+    if store is not None:
+        print(f"stored as run {trace.run_id} in {args.db}")
     if args.json:
-        args.json.write_text(trace.to_json(indent=1), encoding="utf-8")
+        write_text_file(args.json, trace.to_json(indent=1), "--json")
         print(f"trace written to {args.json}")
-    if args.db:
-        from explorer.store import RunStore
-
-        run_id = RunStore(args.db).save(trace)
-        print(f"stored as run {run_id} in {args.db}")
     return 0 if trace.status == "complete" else 1
+
+
+def check_before_loading(args: argparse.Namespace):
+    """Everything that can be checked without the model, so a mistake never costs a generation.
+
+    Returns the opened run store for ``--db`` (None without it): the run is written there from
+    its first token on.
+    """
+    from explorer.errors import ConfigError, ExplorerError
+    from explorer.methods.base import get_method
+
+    variants = get_method(args.method).variants
+    if args.variant is not None and args.variant not in variants:
+        raise ConfigError(f"method {args.method} has no variant {args.variant!r}", where="--variant",
+                          fix=f"choose one of {', '.join(variants)}")
+    if not (args.question or "").strip():
+        raise ExplorerError("the question is empty", where="--question", fix='give the question, e.g. --question "Who '
+                                                                              'wrote Hamlet?"')
+    from explorer.retrieval.corpora import NAMED_CORPORA, resolve_corpus_path
+
+    if args.corpus not in NAMED_CORPORA:
+        resolve_corpus_path(args.corpus)  # a missing corpus file, before the model (its content is read later)
+    if args.json:
+        args.json = check_output_file(args.json, "--json")
+    if not args.db:
+        return None
+    from explorer.store import RunStore
+
+    store = RunStore(args.db)
+    if store.readonly:
+        raise ExplorerError("the run database is read-only, so the run could not be stored", where=f"--db {args.db}",
+                            fix="choose another --db, or make the file and its folder writable")
+    return store

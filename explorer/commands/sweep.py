@@ -59,12 +59,14 @@ def run(args: argparse.Namespace) -> int:
                             data_dir=args.data, batch_size=args.batch,
                             sweep={"method": arms[0].method, "variant": arms[0].variant, "param": args.param,
                                    "values": [a.given[args.param] for a in arms]})
+    from explorer.paths import check_creatable
+
+    out = check_creatable(args.out or Path("reports") / _safe(name), "--out", folder=True)  # before any run
     store = open_store(args.db)
     print(f"sweep {name!r} in {store.path}", file=sys.stderr)
     with stop_on_terminate():
         result = run_evaluation(settings, store, show_progress=not args.quiet)
     print(f"{result.ran} runs made, {result.skipped} already stored, {result.errors} failed", file=sys.stderr)
-    out = args.out or Path("reports") / _safe(name)
     for path in write_report(store, name, out):
         print(path)
     return 0

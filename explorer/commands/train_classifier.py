@@ -36,7 +36,12 @@ def run(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 2:
         raise ConfigError(f"--limit must be at least 2, got {args.limit}", fix="pass --limit 2 or more, or omit it")
     if args.neg_ratio < 1:
-        raise ConfigError(f"--neg-ratio must be at least 1, got {args.neg_ratio}")
+        raise ConfigError(f"--neg-ratio must be at least 1, got {args.neg_ratio}", where="--neg-ratio",
+                          fix="pass e.g. --neg-ratio 4")
+    if args.out is not None:
+        from explorer.paths import check_creatable
+
+        args.out = check_creatable(args.out, "--out")  # before the training, not after it
 
     def progress(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)

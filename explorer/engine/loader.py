@@ -112,7 +112,7 @@ def resolve_spec(spec: str, progress: Callable[[str], None] = print) -> _Resolve
     if path.exists():
         return _resolve_local(path)
     if _looks_like_path(spec):
-        raise ModelError(f"model path {spec} does not exist",
+        raise ModelError("this model path does not exist", where=spec,
                          fix="check the path, or use 'embedded' for the packaged SmolLM2-135M-Instruct")
     if not _hub_offline() and not _hub_reachable():
         raise ModelError(f"{spec!r} is not a local path, and the Hugging Face Hub cannot be reached to fetch it "
@@ -142,8 +142,9 @@ def _resolve_local(path: Path) -> _Resolved:
         if path.suffix.lower() == ".gguf":
             return _Resolved(str(path.parent), "gguf", path.name)
         if path.name == "config.json":
-            raise ModelError(f"{path} is a config file, not a model", fix=f"pass its folder: {path.parent}")
-        raise ModelError(f"{path} is neither a model folder nor a .gguf file",
+            raise ModelError("this is a config file, not a model", where=str(path),
+                             fix=f"pass its folder: {path.parent}")
+        raise ModelError("this is neither a model folder nor a .gguf file", where=str(path),
                          fix="pass a folder with config.json and model weights, or a .gguf file")
     if (path / "config.json").is_file():
         _check_causal_config(path)
@@ -158,7 +159,7 @@ def _resolve_local(path: Path) -> _Resolved:
     if len(ggufs) > 1:
         names = ", ".join(g.name for g in ggufs)
         raise ModelError(f"{path} holds several GGUF files ({names})", fix="pass the path of the one to load")
-    raise ModelError(f"{path} has no config.json and no .gguf file, so it is not a model folder",
+    raise ModelError("this folder has no config.json and no .gguf file, so it is not a model folder", where=str(path),
                      fix="pass a folder with config.json and model weights (model.safetensors), or a .gguf file")
 
 
@@ -245,6 +246,37 @@ def _display_name(model: Any, resolved: _Resolved) -> str:
 
 
 def _load_weights(resolved: _Resolved, spec: str, dtype: str, device: str, attn: str) -> tuple[Any, Any]:
+    try:
+        return _load_weights_from(resolved, spec, dtype, device, attn)
+    except Exception as exc:
+        # A cut-off download surfaces as whatever the parser tripped on (numpy's "cannot
+        # reshape", struct's "unpack_from requires a buffer"): say what it really is.
+        damage = _gguf_damage(Path(resolved.location) / resolved.gguf_file) if resolved.gguf_file else None
+        if damage is not None:
+            raise damage from exc
+        raise
+
+
+def _gguf_damage(path: Path) -> ModelError | None:
+    """A ModelError when the GGUF file's own index does not fit in the file (truncated or corrupt), else None."""
+    try:
+        size = path.stat().st_size
+        from gguf import GGUFReader
+
+        reader = GGUFReader(str(path))
+        end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
+        reason = None if end <= size else f"its tensors need {end} bytes, the file has {size}"
+    except ImportError:
+        return None
+    except Exception as exc:  # noqa: BLE001 - any failure to read its own index is damage
+        reason = f"{type(exc).__name__}: {_first_line(exc)}"
+    if reason is None:
+        return None
+    return ModelError(f"the GGUF file is truncated or corrupt ({reason})", where=str(path),
+                      fix="download it again (compare its size and checksum with the source), or pass another model")
+
+
+def _load_weights_from(resolved: _Resolved, spec: str, dtype: str, device: str, attn: str) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -256,7 +256,7 @@ PARSERS: dict[str, Callable[[dict, int], Question]] = {
 def _dataset_name(name: str) -> str:
     key = ALIASES.get(name.strip().lower(), name.strip().lower())
     if key not in PARSERS:
-        raise DatasetError(f"unknown dataset '{name}'", fix=f"use one of {', '.join(DATASETS)}")
+        raise DatasetError(f"unknown dataset '{name}'", where="dataset", fix=f"use one of {', '.join(DATASETS)}")
     return key
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from explorer.csvsafe import safe_row
 from explorer.errors import ExplorerError
 from explorer.eval.scores import EvaluationScores, primary_score, score_evaluation, varying_params
 
@@ -202,7 +203,7 @@ def _require(store: Any, name: str) -> dict[str, Any]:
     evaluation = store.evaluation(name)
     if evaluation is None:
         names = [e["name"] for e in store.evaluations()]
-        raise ExplorerError(f"no evaluation named {name!r} in {store.path}",
+        raise ExplorerError(f"no evaluation named {name!r}", where=str(store.path),
                             fix=f"use one of: {', '.join(names)}" if names else "run `python -m explorer eval` first")
     return evaluation
 
@@ -240,8 +241,8 @@ def summary_csv(scores: EvaluationScores) -> str:
         for d in scores.datasets:
             cell = scores.cell(label, d)
             if cell.n:
-                writer.writerow([label, d, cell.n, cell.errors,
-                                 *("" if cell.means[k] is None else f"{cell.means[k]:.6g}" for k in names)])
+                writer.writerow(safe_row([label, d, cell.n, cell.errors,
+                                          *("" if cell.means[k] is None else f"{cell.means[k]:.6g}" for k in names)]))
     return out.getvalue()
 
 
@@ -253,9 +254,9 @@ def questions_csv(scores: EvaluationScores) -> str:
             "sampled_sequences", "generated_tokens", "discarded_tokens", "wall_time"]
     writer.writerow(["run_id", "method", "dataset", "question_id", "status", "answer", "gold", *keys])
     for r in scores.runs:
-        writer.writerow([r.run_id, r.label, r.dataset, r.question_id, r.status, r.answer or "",
-                         json.dumps(r.gold_answers, ensure_ascii=False),
-                         *("" if r.scores[k] is None else f"{r.scores[k]:.6g}" for k in keys)])
+        writer.writerow(safe_row([r.run_id, r.label, r.dataset, r.question_id, r.status, r.answer or "",
+                                  json.dumps(r.gold_answers, ensure_ascii=False),
+                                  *("" if r.scores[k] is None else f"{r.scores[k]:.6g}" for k in keys)]))
     return out.getvalue()
 
 

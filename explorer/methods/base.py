@@ -12,13 +12,16 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from explorer.config import Config
 from explorer.errors import ConfigError, ExplorerError
 from explorer.methods.resolve import ResolvedConfig, resolve_config
 from explorer.retrieval.base import Retriever
 from explorer.trace import Cancelled, Listener, Trace, TraceRecorder
+
+if TYPE_CHECKING:
+    from explorer.journal import RunJournal
 
 METHODS: dict[str, type[Method]] = {}
 
@@ -106,11 +109,12 @@ def _note_defaults(rec: TraceRecorder, cls: type[Method], resolved: ResolvedConf
 def run_question(method: str, question: str, runtime: Runtime, *, variant: str | None = None,
                  config: dict[str, Any] | Config | None = None, gold: dict[str, Any] | None = None,
                  listeners: list[Listener] | None = None, cancel: threading.Event | None = None,
-                 raise_errors: bool = False) -> Trace:
+                 raise_errors: bool = False, journal: RunJournal | None = None) -> Trace:
     """Run one method on one question and return its trace.
 
     Cancellation and user errors never lose the partial trace: the trace comes back with status
-    ``cancelled`` or ``error`` and the message in ``trace.error``.
+    ``cancelled`` or ``error`` and the message in ``trace.error``. With a ``journal`` the run is
+    stored when it starts, checkpointed as it goes and stored again when it ends, whatever ends it.
     """
     cls = get_method(method)
     question = (question or "").strip()
@@ -122,6 +126,9 @@ def run_question(method: str, question: str, runtime: Runtime, *, variant: str |
     trace = Trace(question=question, method=method, variant=variant, config=cfg.to_dict(),
                   config_sources=dict(resolved.sources), model=fingerprint, corpus=dict(runtime.corpus),
                   gold=dict(gold or {}))
+    if journal is not None:
+        journal.begin(trace)
+        listeners = [*(listeners or []), journal]
     rec = TraceRecorder(trace, listeners=listeners, cancel=cancel)
     _note_defaults(rec, cls, resolved, str(fingerprint.get("name")))
     start = time.perf_counter()
@@ -135,10 +142,18 @@ def run_question(method: str, question: str, runtime: Runtime, *, variant: str |
         trace.status = "error"
         trace.error = exc.message
         if raise_errors:
+            if journal is not None:
+                journal.finish(trace)
             raise
+    except BaseException as exc:
+        if journal is not None:
+            journal.abandon(trace, exc)
+        raise
     finally:
         # Time not inside a named phase (prompt building, bookkeeping) is "other", so the
         # phases always add up to the run's wall time.
         wt = trace.costs.wall_time
         wt["other"] = max(0.0, time.perf_counter() - start - sum(v for k, v in wt.items() if k != "other"))
+    if journal is not None:
+        journal.finish(trace)
     return trace

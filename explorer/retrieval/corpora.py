@@ -121,7 +121,7 @@ def resolve_corpus_path(path_or_name: str | Path) -> tuple[str, Path]:
         return "benchmark", ensure_benchmark_corpus().corpus_path
     path = Path(spec).expanduser()
     if not path.exists():
-        raise CorpusError(f"no corpus named '{spec}' and no such file or folder",
+        raise CorpusError(f"no corpus named '{spec}' and no such file or folder", where="corpus",
                           fix=f"use one of {', '.join(NAMED_CORPORA)}, or the path of a corpus file or folder "
                               f"({', '.join(FORMATS)})")
     return (path.name if path.is_dir() else path.name.split(".")[0]) or str(path), path.resolve()

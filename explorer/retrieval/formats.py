@@ -33,12 +33,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from explorer.errors import CorpusError
+from explorer.errors import CorpusError, json_problem
 from explorer.retrieval.splitter import Document, join_sentences, paragraph_document
 
 FORMATS = ("dpr", "passages", "hotpotqa", "2wiki", "musique", "nq", "txt")
 QUESTION_FORMATS = ("hotpotqa", "2wiki", "musique", "nq")
 _FORMAT_FIX = f"pass one of {', '.join(FORMATS)} as the format (--format / fmt=)"
+# Detection failed on a record: the fix must hold for run, eval and the app too, which take no --format.
+_SHAPE_FIX = ("give every record a 'text' (and optionally 'id' and 'title'), or use a known layout: HotpotQA/2Wiki "
+              "'context', MuSiQue 'paragraphs', NQ 'ctxs' (`python -m explorer corpus info FILE` checks a file)")
 
 Record = tuple[str, Any]  # (where, parsed JSON value)
 
@@ -97,7 +100,7 @@ def iter_jsonl(path: Path) -> Iterator[Record]:
             try:
                 yield f"{path}:{number}", json.loads(line)
             except json.JSONDecodeError as exc:
-                raise CorpusError(f"not valid JSON ({exc.msg} at column {exc.colno})", where=f"{path}:{number}",
+                raise CorpusError(f"not valid JSON ({json_problem(exc)})", where=f"{path}:{number}",
                                   fix="write one JSON object per line") from exc
 
 
@@ -106,7 +109,8 @@ def load_json(path: Path) -> Any:
         try:
             return json.load(stream)
         except json.JSONDecodeError as exc:
-            raise CorpusError(f"not valid JSON ({exc.msg})", where=f"{path}:{exc.lineno}:{exc.colno}",
+            raise CorpusError(f"not valid JSON ({json_problem(exc, column=False)})",
+                              where=f"{path}:{exc.lineno}:{exc.colno}",
                               fix="check the file is complete JSON (a list of records)") from exc
 
 
@@ -262,8 +266,9 @@ def shape_of(where: str, record: Any) -> str:
         if "text" in record or "contents" in record:
             return "passages"
         keys = ", ".join(sorted(map(str, record))[:8])
-        raise CorpusError(f"cannot tell the format from the keys ({keys})", where=where, fix=_FORMAT_FIX)
-    raise CorpusError(f"expected a JSON object, found {type(record).__name__}", where=where, fix=_FORMAT_FIX)
+        raise CorpusError(f"cannot tell the format from the keys ({keys}): a passage needs a 'text' key",
+                          where=where, fix=_SHAPE_FIX)
+    raise CorpusError(f"expected a JSON object, found {type(record).__name__}", where=where, fix=_SHAPE_FIX)
 
 
 # --- DPR TSV and text files -----------------------------------------------------------------------
@@ -335,7 +340,7 @@ def _check_format(fmt: str) -> str:
                "2wikimultihopqa": "2wiki", "hotpot": "hotpotqa", "folder": "txt", "text": "txt"}
     name = aliases.get(name, name)
     if name not in FORMATS:
-        raise CorpusError(f"unknown corpus format '{fmt}'", fix=_FORMAT_FIX)
+        raise CorpusError(f"unknown corpus format '{fmt}'", where="format", fix=_FORMAT_FIX)
     return name
 
 

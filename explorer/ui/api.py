@@ -9,28 +9,64 @@
 
 ``/run`` shares the model's queue slot with the browser's Run button, so scripted and
 interactive runs never use the model at once. Bad input comes back as an error carrying the
-config's message.
+config's message (what, where, how to fix it); messages name no file or folder of the server,
+whose log keeps the full text.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Callable
 from typing import Any
 
 import gradio as gr
 
-from explorer.errors import ExplorerError
+from explorer.errors import ExplorerError, hide_paths, json_problem, public_message
 from explorer.store import RunStore
 from explorer.trace import Trace
 from explorer.ui.controller import RunController
 from explorer.ui.controls import RunSpec, build_specs, params
 
+log = logging.getLogger("explorer.ui")
+MAX_RUN_ID = 64
+
+
+def client_error(exc: ExplorerError, where: str | None = None) -> gr.Error:
+    """The error a client sees (no server paths); the full message goes to the server log."""
+    shown = public_message(exc, where)
+    if shown != exc.message:
+        log.info("API error (shown to the client as %r): %s", shown, exc.message)
+    return gr.Error(shown, print_exception=False)
+
+
+def guarded(where: str, fn: Callable[[], Any]) -> Any:
+    """Run an endpoint's body: user errors become client errors, anything else is logged and summarised."""
+    try:
+        return fn()
+    except ExplorerError as exc:
+        raise client_error(exc, where) from None
+    except Exception as exc:  # noqa: BLE001 - the client gets one line, the log the traceback
+        log.exception("API call failed")
+        raise gr.Error(f"internal error ({type(exc).__name__}); the server log has the details",
+                       print_exception=False) from None
+
+
+def _text(value: Any, where: str, example: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ExplorerError(f"expected text, got {type(value).__name__}", where=where,
+                            fix=f"pass a string, e.g. {example}")
+    return value
+
 
 def _settings(method: str, text: str) -> dict[tuple[str, str], Any]:
+    text = _text(text, "settings", '\'{"threshold": 0.3}\'')
     try:
         values = json.loads(text or "{}")
     except json.JSONDecodeError as exc:
-        raise ExplorerError(f"settings are not valid JSON: {exc.msg}", where="settings",
+        raise ExplorerError(f"settings are not valid JSON ({json_problem(exc)})", where="settings",
                             fix='give an object such as {"threshold": 0.3}') from None
     if not isinstance(values, dict):
         raise ExplorerError("settings must be a JSON object", where="settings", fix='e.g. {"threshold": 0.3}')
@@ -55,19 +91,29 @@ def register(controller: RunController, store: RunStore, model: str) -> None:
 
     def run(question: str, method: str = "dragin", variant: str = "", settings: str = "{}") -> dict[str, Any]:
         """Run one method on one question, store the run, and return its id, status, answer and costs."""
-        try:
-            trace = run_settings(controller, model, question, method, variant, settings)
-        except ExplorerError as exc:
-            raise gr.Error(exc.message, print_exception=False) from None
-        return {"run_id": trace.run_id, "status": trace.status, "answer": trace.answer, "output": trace.output,
-                "error": trace.error, "costs": trace.costs.to_dict()}
+        def body() -> dict[str, Any]:
+            name = _text(method, "method", "'dragin'").strip()
+            chosen = _text(variant, "variant", "'paper'").strip()
+            trace = run_settings(controller, model, _text(question, "question", "'Who wrote Hamlet?'"), name, chosen,
+                                 settings)
+            return {"run_id": trace.run_id, "status": trace.status, "answer": trace.answer, "output": trace.output,
+                    "error": hide_paths(trace.error),
+                    "costs": trace.costs.to_dict()}
+
+        return guarded("run", body)
 
     def fetch_run(run_id: str) -> dict[str, Any]:
         """The full stored trace of a run, as JSON."""
-        try:
-            return store.get(run_id.strip()).to_dict()
-        except ExplorerError as exc:
-            raise gr.Error(exc.message, print_exception=False) from None
+        def body() -> dict[str, Any]:
+            key = _text(run_id, "run_id", "the run_id that /run returned").strip()
+            if not key:
+                raise ExplorerError("no run id given", where="run_id", fix="pass the run_id that /run returned")
+            if len(key) > MAX_RUN_ID:
+                raise ExplorerError(f"{len(key)} characters is too long for a run id", where="run_id",
+                                    fix="pass the run_id that /run returned (32 hex digits)")
+            return store.get(key).to_dict()
+
+        return guarded("run_id", body)
 
     gr.api(run, api_name="run", concurrency_limit=1, concurrency_id="model")
     gr.api(fetch_run, api_name="fetch_run")

@@ -20,7 +20,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 import gradio as gr  # noqa: E402  (analytics must be off before gradio is imported)
 
-from explorer.errors import ExplorerError  # noqa: E402
+from explorer.errors import ExplorerError, public_message  # noqa: E402
 from explorer.paths import ASSETS_DIR  # noqa: E402
 from explorer.store import RunStore  # noqa: E402
 from explorer.ui import api, controls, history_tab, questions, viewblock  # noqa: E402
@@ -119,7 +119,8 @@ def build_app(settings: AppSettings) -> gr.Blocks:
     model_name = controls.model_name(settings.model)
     head = head_html()
 
-    with gr.Blocks(title="Dynamic RAG Explorer", analytics_enabled=False) as demo:
+    # Files handed to the browser (exports) are copied into Gradio's cache: deleted after an hour.
+    with gr.Blocks(title="Dynamic RAG Explorer", analytics_enabled=False, delete_cache=(600, 3600)) as demo:
         gr.HTML('<div class="dre-apphead"><b>Dynamic RAG Explorer</b> · see why a language model retrieves when '
                 "it does</div>", elem_id="app-title", js_on_load=None)
         model_status = gr.HTML(_note(holder.status()), elem_id="model-status", js_on_load=None)
@@ -171,7 +172,7 @@ def build_app(settings: AppSettings) -> gr.Blocks:
             try:
                 return gr.update(choices=questions.choices(src), value=None, visible=True), gr.update(), ""
             except ExplorerError as exc:
-                return gr.update(choices=[], value=None), gr.update(value=_note(exc.message), visible=True), ""
+                return gr.update(choices=[], value=None), gr.update(value=_note(public_message(exc)), visible=True), ""
 
         def on_pick(src: str, key: str | None) -> tuple[Any, str]:
             q = questions.find(src, key)
@@ -211,7 +212,7 @@ def build_app(settings: AppSettings) -> gr.Blocks:
                     else:
                         yield update.html, update.status, *skip
             except ExplorerError as exc:
-                yield gr.skip(), status_html(exc.message, error=True), *skip
+                yield gr.skip(), status_html(public_message(exc), error=True), *skip
 
         def on_cancel(request: gr.Request) -> str:
             if controller.cancel(request.session_hash or "anonymous"):
@@ -233,9 +234,21 @@ def build_app(settings: AppSettings) -> gr.Blocks:
 
 
 def launch(demo: gr.Blocks, *, host: str, port: int, auth: tuple[str, str] | None = None,
-           quiet: bool = False) -> None:
-    """Serve with a bounded queue and nothing fetched from outside (no analytics, no CDN, no SSR)."""
+           quiet: bool = False, uploads: bool | None = None) -> None:
+    """Serve with a bounded queue and nothing fetched from outside (no analytics, no CDN, no SSR).
+
+    The :mod:`~explorer.ui.guard` middleware sits in front: no API schema routes, uploads only
+    when a component takes files (``uploads=None`` decides from the layout), and a backoff on
+    repeated wrong passwords.
+    """
+    from starlette.middleware import Middleware
+
+    from explorer.ui.guard import MAX_UPLOAD, Guard, GuardSettings, needs_uploads
+
+    allow = needs_uploads(demo) if uploads is None else uploads
+    guard = Middleware(Guard, settings=GuardSettings(uploads=allow, login=auth is not None))
     demo.queue(default_concurrency_limit=4, max_size=64).launch(
         server_name=host, server_port=port, auth=auth, show_error=False, quiet=quiet, ssr_mode=False,
         footer_links=["api"], pwa=False, mcp_server=False, css_paths=css_paths(), theme=gr.themes.Default(),
-        allowed_paths=[], app_kwargs={"docs_url": None, "redoc_url": None})
+        allowed_paths=[], run_history=False, max_file_size=MAX_UPLOAD if allow else None,
+        app_kwargs={"docs_url": None, "redoc_url": None, "openapi_url": None, "middleware": [guard]})

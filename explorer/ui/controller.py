@@ -6,8 +6,9 @@ few times a second, so tokens and retrievals appear while the model works. Sever
 one after another. Cancel sets the threading.Event the engine checks between tokens, so a run
 stops within a token and its partial trace is stored with status ``cancelled``.
 
-Each finished run is written to the store at once and then shown FROM the store, so what a
-user sees when a run ends is exactly what reopening it later shows.
+Each run is written to the store when it starts, checkpointed while it runs (so a killed server
+leaves it ``interrupted``, not lost) and written whole when it ends; it is then shown FROM the
+store, so what a user sees when a run ends is exactly what reopening it later shows.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from explorer.errors import ExplorerError
+from explorer.errors import ExplorerError, hide_paths, public_message
+from explorer.journal import RunJournal
 from explorer.methods.base import Runtime, run_question
 from explorer.store import RunStore
 from explorer.trace import Event, Trace
@@ -43,6 +45,7 @@ class RuntimeHolder:
         self._lock = threading.Lock()
         self._runtime: Runtime | None = None
         self._error: str | None = None
+        self._failure: ExplorerError | None = None
         self._thread: threading.Thread | None = None
         self.state = "not loaded"
 
@@ -58,11 +61,15 @@ class RuntimeHolder:
         try:
             runtime = self._factory()
         except ExplorerError as exc:
-            self._error, self.state = exc.message, "failed"
+            self._failure, self._error, self.state = exc, public_message(exc), "failed"
+            log.warning("loading the model failed: %s", exc.message)
             return
         except Exception as exc:  # noqa: BLE001 - reported to the user, logged in full
             log.exception("loading the model failed")
-            self._error, self.state = f"loading failed: {exc}", "failed"
+            self._failure = ExplorerError(f"loading failed ({type(exc).__name__}: {exc})", where=self.describe,
+                                          fix="check --model and --corpus (the server log has the details), then "
+                                              "restart the app")
+            self._error, self.state = public_message(self._failure), "failed"
             return
         self._runtime, self.state = runtime, "ready"
 
@@ -85,8 +92,9 @@ class RuntimeHolder:
         assert self._thread is not None
         self._thread.join()
         if self._runtime is None:
-            raise ExplorerError(self._error or "the model could not be loaded", where="model",
-                                fix="check --model and --corpus, then restart the app")
+            # The loader's own error already says what, where and how to fix it: raise it as it is.
+            raise self._failure or ExplorerError("the model could not be loaded", where=self.describe,
+                                                 fix="check --model and --corpus, then restart the app")
         return self._runtime
 
 
@@ -130,19 +138,27 @@ class RunController:
         flag.set()
         return True
 
+    def _check(self, question: str) -> str:
+        """What can be refused before the model is needed: an empty question, a store that cannot take the run."""
+        question = (question or "").strip()
+        if not question:
+            raise ExplorerError("the question is empty", where="question", fix="type a question or pick one")
+        if self.store.readonly:
+            raise ExplorerError("the run database is read-only, so runs cannot be stored; stored runs can still be "
+                                "opened", where="run database",
+                                fix="restart the app with a writable --db to run questions")
+        return question
+
     def run_one(self, question: str, spec: RunSpec, gold: dict[str, Any] | None = None) -> Trace:
-        """Run and store one method without streaming (the scripting API)."""
-        trace = run_question(spec.method, question, self.runtime.get(), variant=spec.variant, config=spec.config,
-                             gold=gold)
-        self.store.save(trace)
-        return trace
+        """Run and store one method without streaming (the scripting API); stored from its start."""
+        question = self._check(question)
+        return run_question(spec.method, question, self.runtime.get(), variant=spec.variant, config=spec.config,
+                            gold=gold, journal=RunJournal(self.store))
 
     def stream(self, question: str, specs: list[RunSpec], *, gold: dict[str, Any] | None, session: str,
                signal: str = "prob") -> Iterator[Update]:
         """Run ``specs`` on ``question`` one after another, yielding views as they progress."""
-        question = (question or "").strip()
-        if not question:
-            raise ExplorerError("the question is empty", where="question", fix="type a question or pick one")
+        question = self._check(question)
         cancel = threading.Event()
         with self._lock:
             old = self._cancels.get(session)
@@ -179,14 +195,14 @@ class RunController:
                     inbox.put((kind, index, data))
 
                 trace = run_question(spec.method, question, runtime, variant=spec.variant, config=spec.config,
-                                     gold=gold, listeners=[listener], cancel=cancel)
-                self.store.save(trace)
+                                     gold=gold, listeners=[listener], cancel=cancel, journal=RunJournal(self.store))
                 inbox.put(("done", index, trace.run_id))
         except ExplorerError as exc:
-            inbox.put(("error", -1, exc.message))
+            log.info("a run failed: %s", exc.message)
+            inbox.put(("error", -1, public_message(exc)))
         except Exception as exc:  # noqa: BLE001 - the user gets one line, the log gets the traceback
             log.exception("a run failed")
-            inbox.put(("error", -1, f"internal error ({type(exc).__name__}): {exc}"))
+            inbox.put(("error", -1, hide_paths(f"internal error ({type(exc).__name__}): {exc}")))
         finally:
             inbox.put(("end", -1, None))
 
@@ -254,9 +270,9 @@ class RunController:
             status = status_html(f"Cancelled. {len(finished)} run(s) stored (the interrupted one with status "
                                  "'cancelled').")
         else:
-            problems = [t for t in finished if t.status == "error"]
+            problems = [t for t in finished if t.status in ("error", "interrupted")]
             if problems:
-                status = status_html("; ".join(f"{t.method}: {t.error}" for t in problems), error=True)
+                status = status_html("; ".join(f"{t.method}: {hide_paths(t.error)}" for t in problems), error=True)
             else:
                 status = status_html(f"Done: {len(finished)} run(s) stored.")
         html = render_runs(finished, signal=signal, message="" if finished else esc(error or "Nothing ran."))

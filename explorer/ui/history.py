@@ -7,8 +7,11 @@ anything a user can fix, such as acting on no selected run.
 
 from __future__ import annotations
 
+import os
 import re
+import secrets
 import tempfile
+import time
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -94,15 +97,39 @@ class TraceCache:
 
 
 class Exports:
-    """Writes export files into one temporary folder for the app's lifetime."""
+    """Writes export files, readable by this user only, into one private folder for the app's lifetime.
 
-    def __init__(self, folder: Path | None = None) -> None:
-        self.folder = folder or Path(tempfile.mkdtemp(prefix="explorer-exports-"))
+    Each export gets its own name (two users exporting at once never swap files), and files
+    older than ``max_age`` seconds, or beyond the newest ``keep``, are deleted on the next
+    export, so a long-running app does not fill the disk with reports.
+    """
+
+    def __init__(self, folder: Path | None = None, *, max_age: float = 3600.0, keep: int = 50) -> None:
+        self.folder = folder or Path(tempfile.mkdtemp(prefix="explorer-exports-"))  # mkdtemp: mode 0700
+        self.max_age = max_age
+        self.keep = keep
 
     def _write(self, name: str, text: str) -> str:
-        path = self.folder / name
-        path.write_text(text, encoding="utf-8")
+        self.clean()
+        stem, dot, ext = name.rpartition(".")
+        stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+        path = self.folder / (f"{stem}-{stamp}.{ext}" if dot else f"{name}-{stamp}")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
         return str(path)
+
+    def clean(self) -> int:
+        """Delete old exports; returns how many went."""
+        now = time.time()
+        files = sorted((p for p in self.folder.glob("*") if p.is_file()), key=lambda p: p.stat().st_mtime,
+                       reverse=True)
+        gone = 0
+        for index, path in enumerate(files):
+            if index >= self.keep or now - path.stat().st_mtime > self.max_age:
+                path.unlink(missing_ok=True)
+                gone += 1
+        return gone
 
     def trace_json(self, trace: Trace) -> str:
         return self._write(report.safe_filename(f"run-{trace.method}-{trace.run_id[:8]}", ".json"),

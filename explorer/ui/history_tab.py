@@ -10,7 +10,7 @@ from typing import Any
 
 import gradio as gr
 
-from explorer.errors import ExplorerError
+from explorer.errors import ExplorerError, public_message
 from explorer.store import RunStore
 from explorer.ui import history, viewblock
 from explorer.ui.controller import status_html
@@ -54,7 +54,7 @@ def build(store: RunStore, cache: history.TraceCache, exports: history.Exports, 
         try:
             found = history.rows(store, search=s, method=m, model=mo, tag=t, since=si, until=un)
         except ExplorerError as exc:
-            return gr.update(), gr.update(), gr.update(), status_html(exc.message, error=True)
+            return gr.update(), gr.update(), gr.update(), status_html(public_message(exc), error=True)
         ids = {r["run_id"] for r in found}
         value = [k for k in (keep or []) if k in ids]
         note = f"{len(found)} run(s)" + (" (showing the newest 200)" if len(found) >= 200 else "")
@@ -74,7 +74,7 @@ def build(store: RunStore, cache: history.TraceCache, exports: history.Exports, 
         try:
             ids = history.require(selected, at_least=2 if compare else 1, action="compare" if compare else "open")
         except ExplorerError as exc:
-            return gr.skip(), gr.skip(), gr.skip(), gr.skip(), status_html(exc.message, error=True)
+            return gr.skip(), gr.skip(), gr.skip(), gr.skip(), status_html(public_message(exc), error=True)
         if not compare:
             ids = ids[:1]
         html, state, run_u, theta_u = viewblock.after_show(cache, viewblock.Shown(ids, compare=compare), signal)
@@ -106,7 +106,7 @@ def build(store: RunStore, cache: history.TraceCache, exports: history.Exports, 
                     cache.forget(run_id)
                 done = f"Deleted {len(ids)} run(s)."
         except ExplorerError as exc:
-            return gr.skip(), gr.skip(), gr.skip(), status_html(exc.message, error=True)
+            return gr.skip(), gr.skip(), gr.skip(), status_html(public_message(exc), error=True)
         listed = listing(*flt, keep=[] if action == "delete" else selected)
         return listed[0], listed[1], listed[2], status_html(done)
 
@@ -130,7 +130,7 @@ def build(store: RunStore, cache: history.TraceCache, exports: history.Exports, 
             return exports.report(traces, signal), status_html(
                 f"HTML report of {len(traces)} run(s) exported; it opens offline.")
         except ExplorerError as exc:
-            return gr.skip(), status_html(exc.message, error=True)
+            return gr.skip(), status_html(public_message(exc), error=True)
 
     json_btn.click(lambda sel, sig, *f: export("json", sel, sig, *f), [runs, view.signal, *filters], [file, status],
                    **quiet)

@@ -6,6 +6,7 @@ a run looks the same wherever it is opened. Everything is rendered from traces o
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -25,7 +26,9 @@ def decision_signal(trace: Trace) -> str | None:
 
 def recorded_threshold(trace: Trace) -> float | None:
     for e in trace.events:
-        if e.kind == "check" and isinstance(e.payload.get("threshold"), (int, float)):
+        # A NaN or infinite threshold (stored before such values were refused) has no place on a slider.
+        if e.kind == "check" and isinstance(e.payload.get("threshold"), (int, float)) \
+                and math.isfinite(e.payload["threshold"]):
             return float(e.payload["threshold"])
     return None
 

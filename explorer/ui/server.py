@@ -9,8 +9,14 @@ and the embedded model must already be converted (``python -m explorer model fet
 from __future__ import annotations
 
 import argparse
+import atexit
+import errno
+import logging
 import os
+import shutil
+import socket
 import sys
+import tempfile
 from pathlib import Path
 
 from explorer.errors import ExplorerError
@@ -26,6 +32,66 @@ def _env_int(name: str, default: int) -> int:
         return int(value)
     except ValueError:
         raise ExplorerError(f"{name}={value!r} is not a port number", where=name, fix="set it to e.g. 7860") from None
+
+
+def check_host(host: str) -> str:
+    """Refuse an empty address (Gradio would quietly bind 127.0.0.1 while the warning named nothing)."""
+    if not (host or "").strip():
+        raise ExplorerError("the address to serve on is empty", where="--host (or EXPLORER_HOST)",
+                            fix="use 127.0.0.1 (this machine only), or 0.0.0.0 with --auth to serve the network")
+    return host.strip()
+
+
+def check_port(host: str, port: int) -> None:
+    """Refuse a port out of range, taken or not allowed, before anything is loaded."""
+    where = "--port (or EXPLORER_PORT)"
+    if not 1 <= port <= 65535:
+        raise ExplorerError(f"{port} is not a TCP port", where=where, fix="use a port between 1 and 65535, e.g. 7860")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ExplorerError(f"cannot resolve the address {host!r} ({exc})", where="--host (or EXPLORER_HOST)",
+                            fix="use an address of this machine, e.g. 127.0.0.1 or 0.0.0.0") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server itself does
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise port_error(host, port, exc) from None
+
+
+def port_error(host: str, port: int, exc: OSError) -> ExplorerError:
+    where = "--port (or EXPLORER_PORT)"
+    if exc.errno == errno.EADDRINUSE or "empty port" in str(exc).lower():
+        return ExplorerError(f"port {port} on {host} is already in use", where=where,
+                             fix=f"choose another port (e.g. --port {port + 1 if port < 65535 else 7860}), or stop "
+                                 "the program that uses it")
+    if exc.errno == errno.EACCES:
+        return ExplorerError(f"port {port} needs administrator rights on this machine", where=where,
+                             fix="use a port above 1023, e.g. 7860")
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return ExplorerError(f"this machine has no address {host}", where="--host (or EXPLORER_HOST)",
+                             fix="use 127.0.0.1, 0.0.0.0 or one of this machine's own addresses")
+    return ExplorerError(f"cannot serve on {host}:{port} ({exc.strerror or exc})", where=where,
+                         fix="choose another --port or --host")
+
+
+def server_log() -> None:
+    """The explorer's messages (full errors with paths, recovered runs, refused requests) go to stderr."""
+    logger = logging.getLogger("explorer")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+
+
+def private_temp_dir() -> Path:
+    """A folder only this user can read, for the files Gradio hands to browsers (exports); removed at exit."""
+    path = Path(tempfile.mkdtemp(prefix="explorer-gradio-"))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -87,17 +153,24 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         args = parse_args(argv)
+        args.host = check_host(args.host)
         auth = parse_auth(args.auth)
+        check_port(args.host, args.port)
         check_model_offline(args.model)
         warning = exposure_warning(args.host, auth)
         if warning:
             print(warning, file=sys.stderr, flush=True)
+        server_log()
+        os.environ.setdefault("GRADIO_TEMP_DIR", str(private_temp_dir()))  # before any component exists
         from explorer.ui.app import AppSettings, build_app, launch
 
         demo = build_app(AppSettings(db=Path(args.db), model=args.model, corpus=args.corpus, preload=not args.lazy))
         if not args.quiet:
             print(f"runs are stored in {args.db}", flush=True)
-        launch(demo, host=args.host, port=args.port, auth=auth, quiet=args.quiet)
+        try:
+            launch(demo, host=args.host, port=args.port, auth=auth, quiet=args.quiet)
+        except OSError as exc:  # the port was taken between the check and the start
+            raise port_error(args.host, args.port, exc) from None
     except ExplorerError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 2

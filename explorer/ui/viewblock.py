@@ -7,6 +7,7 @@ runs). It renders only from stored traces. Moving θ' replays the chosen run's r
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,7 +83,8 @@ def theta_update(cache: TraceCache, run: str | None) -> Any:
     trace = cache.get(run)
     signal = decision_signal(trace)
     values = [float(u["value"]) for e in trace.events if e.kind == "check" and e.payload.get("signal") == signal
-              for u in e.payload.get("units") or [] if isinstance(u.get("value"), (int, float))]
+              for u in e.payload.get("units") or []
+              if isinstance(u.get("value"), (int, float)) and math.isfinite(u["value"])]
     theta = recorded_threshold(trace) or 0.0
     lo = min([0.0, theta, *values])
     hi = max([theta * 2 if theta > 0 else 1.0, *values]) * 1.05

@@ -1,0 +1,236 @@
+"""What the web server exposes, with and without a login, and the options it refuses.
+
+Two real apps (``python app.py --lazy``, so no model loads): one open on 127.0.0.1, one behind
+``--auth``. Requests go over HTTP exactly as a browser or a script would send them.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from explorer.errors import ExplorerError, hide_paths, public_message
+from explorer.ui import server
+from explorer.ui.guard import LoginThrottle
+from tests.browser_support import ROOT, start_app
+
+USER, PASSWORD = "alice", "correct-horse-battery"
+
+
+def request(url: str, *, data: bytes | None = None, headers: dict[str, str] | None = None,
+            method: str | None = None) -> tuple[int, dict[str, str], bytes]:
+    req = urllib.request.Request(url, data=data, headers=headers or {}, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as err:
+        return err.code, dict(err.headers), err.read()
+
+
+def upload(url: str) -> int:
+    boundary = "----explorer-test"
+    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"evil.html\"\r\n"
+            f"Content-Type: text/html\r\n\r\n<script>alert(1)</script>\r\n--{boundary}--\r\n").encode()
+    return request(url + "gradio_api/upload", data=body,
+                   headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})[0]
+
+
+def login(url: str, password: str) -> tuple[int, dict[str, str]]:
+    data = urllib.parse.urlencode({"username": USER, "password": password}).encode()
+    status, headers, _ = request(url + "login", data=data,
+                                 headers={"Content-Type": "application/x-www-form-urlencoded"})
+    return status, headers
+
+
+@pytest.fixture(scope="module")
+def open_app(tmp_path_factory):
+    app = start_app(tmp_path_factory.mktemp("open"), name="open", extra_args=("--lazy",))
+    yield app
+    app.stop()
+
+
+@pytest.fixture(scope="module")
+def locked_app(tmp_path_factory):
+    app = start_app(tmp_path_factory.mktemp("locked"), name="locked", extra_args=("--lazy", "--auth",
+                                                                                  f"{USER}:{PASSWORD}"))
+    yield app
+    app.stop()
+
+
+def test_without_a_login_no_schema_no_upload_no_file_outside_the_app(open_app) -> None:
+    url = open_app.url
+    assert request(url)[0] == 200
+    for route in ("openapi.json", "docs", "redoc"):
+        assert request(url + route)[0] == 404, route
+    assert upload(url) == 403
+    for path in ("/etc/passwd", str(open_app.db), str(ROOT / "app.py"), str(ROOT / "explorer" / "store.py"),
+                 "../../../../etc/passwd"):
+        status = request(url + "gradio_api/file=" + urllib.parse.quote(path))[0]
+        assert status in (403, 404), (path, status)
+    from explorer.ui.report import EXPLORER_JS
+
+    assert request(url + "gradio_api/file=" + str(EXPLORER_JS))[0] == 200  # the app's own assets are served
+    assert request(url + "gradio_api/info")[0] == 200  # the scripting API stays described for gradio_client
+
+
+def test_with_a_login_every_route_is_closed_until_signed_in(locked_app) -> None:
+    url = locked_app.url
+    for route in ("config", "gradio_api/info", "gradio_api/openapi.json", "gradio_api/file=" + str(locked_app.db),
+                  "gradio_api/queue/status"):
+        assert request(url + route)[0] in (401, 403), route
+    for route in ("openapi.json", "docs", "redoc"):
+        assert request(url + route)[0] == 404, route
+    assert upload(url) in (401, 403)
+    from gradio_client import Client
+
+    with pytest.raises(Exception):  # noqa: B017 - any refusal will do: the client cannot even read the API
+        Client(url, verbose=False)
+    client = Client(url, auth=(USER, PASSWORD), verbose=False)
+    with pytest.raises(Exception, match="no run with id"):
+        client.predict("0" * 32, api_name="/fetch_run")
+
+
+def test_wrong_passwords_back_off_and_the_right_one_resets(locked_app) -> None:
+    url = locked_app.url
+    started = time.monotonic()
+    for _ in range(5):
+        assert login(url, "wrong")[0] == 400
+    status, headers = login(url, "wrong")
+    assert status == 429 and int(headers["retry-after"]) >= 1
+    assert login(url, PASSWORD)[0] == 429  # not even the right password while it waits
+    time.sleep(int(headers["retry-after"]) + 0.2)
+    assert login(url, "wrong")[0] == 400  # one more try, now a longer wait
+    status, headers = login(url, PASSWORD)
+    assert status == 429 and int(headers["retry-after"]) >= 2
+    time.sleep(int(headers["retry-after"]) + 0.2)
+    assert login(url, PASSWORD)[0] == 200
+    assert login(url, "wrong")[0] == 400  # counting starts again
+    assert time.monotonic() - started < 30
+
+
+def test_the_throttle_doubles_its_wait_up_to_a_cap() -> None:
+    now = [0.0]
+    throttle = LoginThrottle(free=3, base=1.0, cap=8.0, clock=lambda: now[0])
+    waits = [throttle.failed("a") for _ in range(8)]
+    assert waits == [0.0, 0.0, 1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
+    assert throttle.wait("a") == 8.0 and throttle.wait("b") == 0.0  # per address
+    now[0] = 8.5
+    assert throttle.wait("a") == 0.0
+    throttle.succeeded("a")
+    assert throttle.failed("a") == 0.0
+
+
+def test_uploads_are_allowed_only_when_a_component_takes_files() -> None:
+    import gradio as gr
+
+    from explorer.ui.guard import needs_uploads
+
+    with gr.Blocks() as plain:
+        gr.Textbox()
+        gr.File(interactive=False)  # a download slot, like the exports
+    with gr.Blocks() as with_file:
+        gr.File(file_types=[".jsonl"])
+    with gr.Blocks() as with_button:
+        gr.UploadButton("Load a question file")
+    assert not needs_uploads(plain) and needs_uploads(with_file) and needs_uploads(with_button)
+
+
+# -- options ---------------------------------------------------------------------------------------------
+
+
+def run_main(argv: list[str], capsys) -> tuple[int, str]:
+    code = server.main(argv)
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["--host", ""], "--host (or EXPLORER_HOST): the address to serve on is empty"),
+    (["--host", "   "], "the address to serve on is empty"),
+    (["--port", "99999"], "99999 is not a TCP port"),
+    (["--port", "0"], "0 is not a TCP port"),
+    (["--port", "-1"], "-1 is not a TCP port"),
+    (["--host", "host.invalid"], "cannot resolve the address"),
+    (["--auth", "nocolon"], "--auth must be USER:PASSWORD"),
+])
+def test_bad_server_options_are_refused_before_anything_loads(argv, expected, capsys, tmp_path) -> None:
+    code, err = run_main([*argv, "--db", str(tmp_path / "x.sqlite"), "--lazy"], capsys)
+    assert code == 2 and expected in err and "Fix:" in err and "Traceback" not in err
+    assert not (tmp_path / "x.sqlite").exists()
+
+
+def test_a_taken_port_is_named_with_a_way_out(capsys, tmp_path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, err = run_main(["--port", str(port), "--db", str(tmp_path / "x.sqlite"), "--lazy"], capsys)
+    assert code == 2 and f"port {port} on 127.0.0.1 is already in use" in err and "--port" in err
+    assert "GRADIO_SERVER_PORT" not in err and "Traceback" not in err
+
+
+def test_the_port_error_of_a_late_collision_is_the_same_message() -> None:
+    err = server.port_error("127.0.0.1", 7860, OSError("Cannot find empty port in range: 7860-7860. You can ..."))
+    assert "port 7860 on 127.0.0.1 is already in use" in err.message and "Fix:" in err.message
+
+
+# -- exports and temporary files -----------------------------------------------------------------------------
+
+
+def test_exports_are_owner_only_unique_and_cleaned(tmp_path: Path) -> None:
+    from explorer.ui.history import Exports
+
+    exports = Exports(tmp_path, max_age=60, keep=3)
+    first, second = exports.csv("a,b\n"), exports.csv("a,b\n")
+    assert first != second  # two users exporting at once never share a file
+    for path in (first, second):
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    old = time.time() - 3600
+    os.utime(first, (old, old))
+    exports.csv("c\n")
+    assert not Path(first).exists() and Path(second).exists()  # an hour old: gone
+    for _ in range(4):
+        exports.csv("d\n")
+    assert len(list(tmp_path.iterdir())) <= 4  # the newest few (3), plus the one just written
+    default = Exports()
+    assert stat.S_IMODE(default.folder.stat().st_mode) == 0o700
+    assert stat.S_IMODE(server.private_temp_dir().stat().st_mode) == 0o700
+
+
+# -- messages ------------------------------------------------------------------------------------------
+
+
+def test_clients_see_no_server_path() -> None:
+    exc = ExplorerError("no run with id 'x'", where="/srv/data/runs.sqlite", fix="pick a run from the history list")
+    assert public_message(exc, "run_id") == "run_id: no run with id 'x' Fix: pick a run from the history list"
+    assert public_message(exc) == "no run with id 'x' Fix: pick a run from the history list"
+    assert hide_paths("bad line /home/me/corpus/x.jsonl:12 and ~/m/model.gguf") == "bad line x.jsonl:12 and model.gguf"
+    assert hide_paths("see http://127.0.0.1:7860/ or use [0, 1]") == "see http://127.0.0.1:7860/ or use [0, 1]"
+
+
+def test_a_model_that_failed_to_load_says_fix_once(tmp_path: Path) -> None:
+    from explorer.errors import ModelError
+    from explorer.store import RunStore
+    from explorer.ui.controller import RunController, RuntimeHolder
+    from explorer.ui.controls import build_specs
+
+    def fail():
+        raise ModelError("the GGUF file is truncated or corrupt", where="/models/x.gguf", fix="download it again")
+
+    holder = RuntimeHolder(fail, describe="model x")
+    controller = RunController(RunStore(tmp_path / "r.sqlite"), holder)
+    updates = list(controller.stream("Who?", build_specs(["wo"], {}, {}), gold=None, session="s"))
+    status = updates[-1].status
+    assert status.count("Fix:") == 1 and "truncated or corrupt" in status and "/models/" not in status
+    assert holder.status().count("Fix:") == 1
+    with pytest.raises(ModelError) as info:
+        holder.get()
+    assert str(info.value).count("Fix:") == 1
+
