@@ -118,12 +118,12 @@ def test_a_malformed_question_file_fails_with_file_line_and_reason(tmp_path: Pat
     settings = EvalSettings(name="bad", datasets=["2wiki"], arms=build_arms(["wo"]), data_dir=str(tmp_path / "data"))
     with pytest.raises(DatasetError) as info:
         run_evaluation(settings, store, show_progress=False)
-    assert f"{bad}:2" in str(info.value) and "missing key 'answer'" in str(info.value)
+    assert f"line 2 of {bad}" in str(info.value) and "has no 'answer' field" in str(info.value)
     assert store.evaluation("bad") is None  # nothing was started
     code = main(["eval", "--dataset", "2wiki", "--methods", "wo", "--db", str(tmp_db), "--data",
                  str(tmp_path / "data"), "--quiet"])
     err = capsys.readouterr().err
-    assert code == 1 and f"{bad}:2" in err and "Traceback" not in err
+    assert code == 1 and f"line 2 of {bad}" in err and "Traceback" not in err
 
 
 def test_a_rerun_with_another_config_or_model_is_refused(tiny_lm, demo_retriever, tmp_db: Path) -> None:
