@@ -186,7 +186,8 @@ class DatasetSource:
                 "fingerprint": self.fingerprint()}
 
     def iter_questions(self) -> Iterator[Question]:
-        return read_questions(self.path, self.format, label=self.label, suggest_format=not self.named)
+        return read_questions(self.path, self.format, label=self.label, suggest_format=not self.named,
+                              detected=self.detected)
 
     def load(self, limit: int | None = None) -> list[Question]:
         return _collect(self.iter_questions(), limit, self.path)
@@ -207,6 +208,11 @@ def label_for(path: Path) -> str:
 
 def _looks_like_path(spec: str) -> bool:
     return os.sep in spec or "/" in spec or bool(re.search(r"\.(json|jsonl|ndjson|csv|tsv)(\.gz)?$", spec.lower()))
+
+
+def _is_name(spec: str) -> bool:
+    text = spec.strip()
+    return "=" not in text and not _looks_like_path(text) and is_dataset_name(text)
 
 
 def resolve_source(spec: str, *, fmt: str | None = None, data_dir: Path | str | None = None) -> DatasetSource:
@@ -249,6 +255,10 @@ def resolve_sources(specs: Iterable[str], *, fmt: str | None = None,
     specs = list(specs)
     if fmt:
         check_format(fmt)
+        if specs and all(_is_name(s) for s in specs):
+            name = option("dataset_format") or "the format"
+            raise DatasetError(f"{name} applies to question files, and only benchmark names were given "
+                               f"({', '.join(specs)})", fix=f"leave {name} out, or give a file path")
     sources: list[DatasetSource] = []
     for spec in specs:
         source = resolve_source(spec, fmt=fmt, data_dir=data_dir)
@@ -262,10 +272,6 @@ def resolve_sources(specs: Iterable[str], *, fmt: str | None = None,
                                fix="name them apart, e.g. " + (f"{name} " if name else "")
                                    + f"{source.label}_a={clash.path},{source.label}_b={source.path}")
         sources.append(source)
-    if fmt and sources and all(s.named for s in sources):
-        name = option("dataset_format") or "the format"
-        raise DatasetError(f"{name} applies to question files, and only benchmark names were given "
-                           f"({', '.join(s.label for s in sources)})", fix=f"leave {name} out, or give a file path")
     return sources
 
 

@@ -162,33 +162,40 @@ def _keys(record: Any) -> str:
     return "fields " + ", ".join(keys[:10]) + (" ..." if len(keys) > 10 else "") if keys else "no fields"
 
 
+def _undetected(path: Path, where: str, record: Any) -> DatasetError:
+    fix = "give every record a 'question' field and an 'answer' (or 'answers') field" + format_hint()
+    if isinstance(record, dict) and "question" in {str(k).lower() for k in record}:
+        return DatasetError(f"{where} has a 'question' field but no 'answer' (nor 'answers') field, so the format "
+                            f"of {path} cannot be told", fix=fix)
+    return DatasetError(f"cannot tell the question format of {path} from its first record ({where}: "
+                        f"{_keys(record)})", fix=fix)
+
+
 def read_questions(path: Path, fmt: str | None = None, *, label: str | None = None,
-                   suggest_format: bool = True) -> Iterator[Question]:
+                   suggest_format: bool = True, detected: bool = False) -> Iterator[Question]:
     """Questions one by one; ``fmt`` None detects the format from the first record.
 
     Each question is filed under ``label`` (default: the format's dataset name). ``suggest_format``
-    False keeps messages from suggesting another format (a benchmark name fixes its format)."""
+    False keeps messages from suggesting another format (a benchmark name fixes its format);
+    ``detected`` says ``fmt`` was detected earlier (messages say so)."""
     hint = format_hint() if suggest_format else ""
     wanted = check_format(fmt) if fmt else None
     records = iter_records(path)
     shape: str | None = wanted
-    first_where = ""
     for index, (where, record) in enumerate(records):
         if shape is None:
             shape = detect_format(record)
-            first_where = where.split(" of ", 1)[0]
+            detected = True
             if shape is None:
-                raise DatasetError(
-                    f"cannot tell the question format of {path} from its first record ({where}: {_keys(record)})",
-                    fix="give every record a 'question' field and an 'answer' (or 'answers') field" + format_hint())
+                raise _undetected(path, where, record)
         if not isinstance(record, dict):
             raise DatasetError(f"{where} is {_keys(record)}, not an object with a 'question' field",
                                fix="write one JSON object per question")
         try:
             question = PARSERS[shape](record, index)
         except BadRecord as exc:
-            how = (f"read as {FORMAT_TITLES[shape]}" + (f", the format detected from {first_where}" if not wanted
-                                                          else ""))
+            how = f"read as {FORMAT_TITLES[shape]}" + (", the format detected from the first record" if detected
+                                                        else "")
             raise DatasetError(f"{where} {exc} ({how})",
                                fix=f"correct that record so it fits the {FORMAT_TITLES[shape]} format" + hint) \
                 from None
@@ -204,8 +211,6 @@ def sniff_format(path: Path, fmt: str | None = None) -> tuple[str, bool]:
     for where, record in iter_records(path):
         shape = detect_format(record)
         if shape is None:
-            raise DatasetError(
-                f"cannot tell the question format of {path} from its first record ({where}: {_keys(record)})",
-                fix="give every record a 'question' field and an 'answer' (or 'answers') field" + format_hint())
+            raise _undetected(path, where, record)
         return shape, True
     raise DatasetError(f"{path} holds no questions", fix="add at least one question record")
