@@ -285,8 +285,10 @@ def test_eval_and_sweep_commands_end_to_end(tmp_path: Path, capsys) -> None:
 
 
 @pytest.mark.slow
-def test_a_killed_eval_process_keeps_its_finished_runs_and_resumes(tmp_path: Path) -> None:
-    """SIGTERM to ``python -m explorer eval`` mid-evaluation: finished runs stay, the evaluation says interrupted."""
+def test_a_killed_eval_process_keeps_its_finished_runs_and_resumes(tmp_path: Path, capsys) -> None:
+    """SIGTERM to ``python -m explorer eval`` mid-evaluation: finished runs stay, the evaluation says interrupted.
+
+    While it runs, the same evaluation started a second time is refused (the lock names the live process)."""
     import os
     import signal
     import subprocess
@@ -307,6 +309,9 @@ def test_a_killed_eval_process_keeps_its_finished_runs_and_resumes(tmp_path: Pat
                 break
             time.sleep(0.5)
         assert proc.poll() is None, f"the evaluation ended before it could be stopped: {proc.communicate()}"
+        assert main(command[3:]) == 1  # the same evaluation from a second process, while the first is alive
+        refused = capsys.readouterr().err
+        assert f"already being run by process {proc.pid}" in refused and "Traceback" not in refused
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=300)
     finally:
