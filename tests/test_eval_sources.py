@@ -176,6 +176,7 @@ def test_lock_within_one_process_and_release_on_errors(tmp_path: Path) -> None:
         with EvaluationLock(db, "y"):  # other names are independent
             pass
     assert not held.held and not lock_path(db, "x").exists()
+    assert not lock_path(db, "x").parent.exists()  # no empty lock folder is left beside the database
     # an evaluation that fails (here: an unreadable question file) releases its lock
     store = RunStore(db)
     with pytest.raises(ExplorerError):

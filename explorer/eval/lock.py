@@ -87,7 +87,11 @@ class EvaluationLock:
     def _acquire_flock(self) -> None:
         assert fcntl is not None
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except FileNotFoundError:  # the folder was just removed by a process that released the last lock
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
@@ -109,9 +113,12 @@ class EvaluationLock:
         _write(fd, _me(self.name))
 
     def _acquire_exclusive(self) -> None:
-        for _ in range(2):
+        for _ in range(3):
             try:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileNotFoundError:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                continue
             except FileExistsError:
                 holder = _read_path(self.path)
                 same_host = holder.get("host") == socket.gethostname()
@@ -134,6 +141,10 @@ class EvaluationLock:
         finally:
             os.close(self._fd)  # closing drops the flock
             self._fd = None
+        try:
+            self.path.parent.rmdir()  # leave no empty folder beside the database
+        except OSError:
+            pass  # other evaluations' locks are in it
 
     @property
     def held(self) -> bool:
