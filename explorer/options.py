@@ -12,7 +12,8 @@ keyword arguments of the loaders are named.
 
 Knobs: ``dataset_format`` (a question file's format), ``dataset`` (where a dataset name or file is
 given), ``data_dir`` (the benchmark data folder), ``corpus_format`` (a corpus file's format),
-``classifier`` (a pair-classifier file), ``name`` (an evaluation's name).
+``classifier`` (a pair-classifier file), ``name`` (an evaluation's name), ``limit`` (how many
+questions), ``benchmark_data`` (the data folder the benchmark corpus is built from).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ PYTHON_NAMES: dict[str, str] = {
     "classifier": "classifier_path=",
     "name": "name=",
     "limit": "limit=",
+    "benchmark_data": "data_dir=",
 }
 
 _current: ContextVar[Mapping[str, str] | None] = ContextVar("explorer_option_names", default=None)

@@ -70,7 +70,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     bench = actions.add_parser("build-benchmark", help="pool the benchmark paragraphs into one indexed corpus")
     bench.add_argument("--data", type=Path, default=None, help="benchmark data folder (default: ../shared/data)")
-    bench.set_defaults(handler=_build_benchmark, hints={"data_dir": "--data"})
+    bench.set_defaults(handler=_build_benchmark, hints={"benchmark_data": "--data"})
 
 
 def _progress(message: str) -> None:
