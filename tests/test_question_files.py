@@ -242,3 +242,20 @@ def test_each_command_suggests_only_options_it_has(tmp_path: Path, capsys: pytes
         suggested = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", err))
         assert suggested <= _options_of(command), (argv, err)
         assert "fmt=" not in err and "path=" not in err and "data_dir=" not in err
+
+
+def test_the_app_loads_a_question_file_as_a_source(tmp_path: Path) -> None:
+    from explorer.ui import questions
+
+    table = tmp_path / "bamboogle.csv"
+    table.write_text("Question,Answer\nWho founded the zorblax guild?,Ada Quill\n", encoding="utf-8")
+    key = questions.load_file(table)
+    assert key == "File: bamboogle.csv (question-only, 1 questions)" and key in questions.sources()
+    [(label, pick)] = questions.choices(key)
+    q = questions.find(key, pick)
+    assert label == "Who founded the zorblax guild?" and questions.gold_of(q)["answers"] == ["Ada Quill"]
+    with pytest.raises(DatasetError) as info:
+        questions.load_file(table, "strategyqa")
+    message = str(info.value)
+    assert f"line 2 of {table}" in message and "the Format menu" in message
+    assert "--format" not in message and "fmt=" not in message

@@ -161,7 +161,7 @@ def build_arms(methods: Iterable[str], *, settings: Iterable[str] = (), variants
         takers = [m for m in known if param in _field_names(m)]
         if not takers:
             raise ConfigError(f"no listed method has a parameter {param!r}", where="--set",
-                              fix="see `python -m explorer explain METHOD` for each method's parameters")
+                              fix="see `python -m explorer methods METHOD` for each method's parameters")
         for m in takers:
             per_method[m].setdefault(param, value)
     arms: list[Arm] = []
