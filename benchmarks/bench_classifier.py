@@ -90,7 +90,8 @@ def _llm_judge_times(questions: list, pairs_wanted: int) -> tuple[list[float], s
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--questions", type=int, default=10, help="HotpotQA questions to time (45 pairs each)")
-    parser.add_argument("--model", type=Path, default=None, help="trained classifier (default: the cache)")
+    parser.add_argument("--model", type=Path, default=None,
+                        help="a classifier folder (default: the cache's retrained one, else the shipped one)")
     parser.add_argument("--llm-pairs", type=int, default=6, help="pairs to time with the model as judge (0: skip)")
     parser.add_argument("--out", default=str(OUT), help="markdown file to write ('-' for none)")
     args = parser.parse_args()
@@ -101,11 +102,11 @@ def main() -> int:
         return 2
     t0 = time.perf_counter()
     model = PairClassifier.load(args.model)
-    source = str(args.model or PairClassifier.default_path())
+    source = str(args.model or PairClassifier.default_source()[0])
     if model is None:
-        print("no trained classifier in the cache: training a small one (30 questions per dataset) for timing")
+        print(f"no classifier at {source}: training a small one (30 questions per dataset) for timing")
         model, _ = train(data, limit=30, store=False)
-        source = str(model.save(Path(tempfile.mkdtemp()) / "pair_classifier.joblib")) + " (small, trained for timing)"
+        source = str(model.save(Path(tempfile.mkdtemp()) / "pair_classifier")) + " (small, trained for timing)"
     encoder = model.encoder
     print(f"model + encoder ready in {time.perf_counter() - t0:.1f} s ({source})")
     import torch

@@ -11,7 +11,7 @@ import importlib
 import pkgutil
 import sys
 
-from explorer import __version__, commands
+from explorer import __version__, commands, options
 from explorer.errors import ExplorerError
 
 
@@ -33,7 +33,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.handler(args) or 0)
+        # Library messages name only the options this command has (explorer.options).
+        with options.using(getattr(args, "hints", {})):
+            return int(args.handler(args) or 0)
     except ExplorerError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 1

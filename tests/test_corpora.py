@@ -306,9 +306,12 @@ def test_empty_inputs(tmp_path: Path) -> None:
     assert "no text to search" in _error(no_words)
 
 
-def test_json_top_level_must_be_a_list(tmp_path: Path) -> None:
+def test_json_records_belong_in_a_top_level_list(tmp_path: Path) -> None:
     path = tmp_path / "obj.json"
-    path.write_text('{"data": []}', encoding="utf-8")
+    path.write_text('{"data": [{"id": "1", "text": "x"}]}', encoding="utf-8")
+    message = _error(path)
+    assert "entry 1, title 'data'" in message and "JSON list at the top level" in message
+    path.write_text('"just a string"', encoding="utf-8")
     assert "JSON list" in _error(path)
     broken = tmp_path / "broken.json"
     broken.write_text('[{"text": "a"},\n {"text": ', encoding="utf-8")

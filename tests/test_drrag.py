@@ -59,24 +59,46 @@ def check_drrag_trace(trace: Trace, cfg: dict, judge: str | None) -> None:
     assert trace.costs.retrievals == 1 + len(stage1)
 
 
-def test_llm_judge_when_no_classifier_is_trained(tiny_lm, demo_retriever, tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("EXPLORER_CACHE", str(tmp_path / "empty-cache"))  # the real cache is never read
+def test_a_fresh_cache_uses_the_shipped_classifier(tiny_lm, demo_retriever, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh install: an empty cache and no benchmark data; the shipped classifier judges, so at most 2 LLM calls."""
+    from explorer.retrieval.pair_classifier import PairClassifier
+
+    monkeypatch.setenv("EXPLORER_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("EXPLORER_DATA", str(tmp_path / "no-data"))
     runtime = Runtime(engine=Engine(tiny_lm), retriever=demo_retriever, corpus={"name": "demo"})
     trace = run_question("drrag", GREEN, runtime, config=SHORT)
-    check_drrag_trace(trace, SHORT, "llm")
+    check_drrag_trace(trace, SHORT, "classifier")
     assert trace.of_kind("classifier"), "CFS must have judged at least one pair"
-    note = [n.payload["message"] for n in trace.of_kind("note") if "no trained pair classifier" in n.payload["message"]]
-    assert note and str(tmp_path / "empty-cache") in note[0]
-    for c in trace.of_kind("classifier"):
-        gen = trace.events[c.payload["generation"]].payload
-        assert gen["purpose"] == "judge" and gen["pair"] == c.payload["pair"] and len(gen["tokens"]) <= 1
+    assert trace.costs.llm_calls <= 2  # one answer (+ one completion of the phrase): no call per pair
+    selection = trace.of_kind("selection")[-1].payload
+    source = selection["judge_source"]
+    assert source["origin"] == "shipped" and source["path"] == str(PairClassifier.shipped_path())
+    assert source["family"] in ("logreg", "mlp", "boosted-trees") and 0.0 < source["held_out_f1"] <= 1.0
+    notes = [n.payload["message"] for n in trace.of_kind("note")]
+    assert any("shipped with the explorer" in n for n in notes)
+    assert not list((tmp_path / "empty-cache").rglob("manifest.json"))  # nothing was trained or copied
+
+
+def test_llm_judge_when_asked_or_when_no_classifier_is_found(tiny_lm, demo_retriever, tmp_path: Path) -> None:
+    runtime = Runtime(engine=Engine(tiny_lm), retriever=demo_retriever, corpus={"name": "demo"})
+    for config, reason in (({**SHORT, "judge": "llm"}, "judge=llm was chosen"),
+                           ({**SHORT, "classifier_path": str(tmp_path / "absent")}, "no trained pair classifier")):
+        trace = run_question("drrag", GREEN, runtime, config=config)
+        check_drrag_trace(trace, SHORT, "llm")
+        assert trace.of_kind("classifier"), "CFS must have judged at least one pair"
+        assert trace.of_kind("selection")[-1].payload["judge_source"]["origin"] == "model"
+        note = [n.payload["message"] for n in trace.of_kind("note") if reason in n.payload["message"]]
+        assert note, reason
+        for c in trace.of_kind("classifier"):
+            gen = trace.events[c.payload["generation"]].payload
+            assert gen["purpose"] == "judge" and gen["pair"] == c.payload["pair"] and len(gen["tokens"]) <= 1
 
 
 def test_judge_classifier_without_weights_is_a_clear_error(tiny_lm, demo_retriever, tmp_path: Path) -> None:
     runtime = Runtime(engine=Engine(tiny_lm), retriever=demo_retriever, corpus={"name": "demo"})
     trace = run_question("drrag", GREEN, runtime,
-                         config={**SHORT, "judge": "classifier", "classifier_path": str(tmp_path / "none.joblib")})
+                         config={**SHORT, "judge": "classifier", "classifier_path": str(tmp_path / "none")})
     assert trace.status == "error" and "train-classifier" in trace.error
     trace.validate()
 
@@ -101,7 +123,7 @@ def small_classifier(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip(f"benchmark data not found at {data} (set EXPLORER_DATA or place ../shared/data beside "
                     "the project)")
     model, _ = train(data, limit=15, seed=0, folds=3, repeats=1)
-    return model.save(tmp_path_factory.mktemp("classifier") / "pair_classifier.joblib")
+    return model.save(tmp_path_factory.mktemp("classifier") / "pair_classifier")
 
 
 @pytest.mark.slow
@@ -136,11 +158,9 @@ def test_inverse_selection_with_the_trained_classifier(tiny_lm, demo_retriever, 
 
 
 @pytest.mark.slow
-def test_green_performer_with_the_model_as_judge(embedded_lm, demo_retriever, tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("EXPLORER_CACHE", str(tmp_path))
+def test_green_performer_with_the_model_as_judge(embedded_lm, demo_retriever) -> None:
     runtime = Runtime(engine=Engine(embedded_lm), retriever=demo_retriever, corpus={"name": "demo"})
-    trace = run_question("drrag", GREEN, runtime, config=SHORT)
+    trace = run_question("drrag", GREEN, runtime, config={**SHORT, "judge": "llm"})
     check_drrag_trace(trace, SHORT, "llm")
     assert all(c.payload["read"] for c in trace.of_kind("classifier"))
 

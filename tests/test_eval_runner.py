@@ -118,12 +118,12 @@ def test_a_malformed_question_file_fails_with_file_line_and_reason(tmp_path: Pat
     settings = EvalSettings(name="bad", datasets=["2wiki"], arms=build_arms(["wo"]), data_dir=str(tmp_path / "data"))
     with pytest.raises(DatasetError) as info:
         run_evaluation(settings, store, show_progress=False)
-    assert f"{bad}:2" in str(info.value) and "missing key 'answer'" in str(info.value)
+    assert f"line 2 of {bad}" in str(info.value) and "has no 'answer' field" in str(info.value)
     assert store.evaluation("bad") is None  # nothing was started
     code = main(["eval", "--dataset", "2wiki", "--methods", "wo", "--db", str(tmp_db), "--data",
                  str(tmp_path / "data"), "--quiet"])
     err = capsys.readouterr().err
-    assert code == 1 and f"{bad}:2" in err and "Traceback" not in err
+    assert code == 1 and f"line 2 of {bad}" in err and "Traceback" not in err
 
 
 def test_a_rerun_with_another_config_or_model_is_refused(tiny_lm, demo_retriever, tmp_db: Path) -> None:
@@ -285,8 +285,10 @@ def test_eval_and_sweep_commands_end_to_end(tmp_path: Path, capsys) -> None:
 
 
 @pytest.mark.slow
-def test_a_killed_eval_process_keeps_its_finished_runs_and_resumes(tmp_path: Path) -> None:
-    """SIGTERM to ``python -m explorer eval`` mid-evaluation: finished runs stay, the evaluation says interrupted."""
+def test_a_killed_eval_process_keeps_its_finished_runs_and_resumes(tmp_path: Path, capsys) -> None:
+    """SIGTERM to ``python -m explorer eval`` mid-evaluation: finished runs stay, the evaluation says interrupted.
+
+    While it runs, the same evaluation started a second time is refused (the lock names the live process)."""
     import os
     import signal
     import subprocess
@@ -307,6 +309,9 @@ def test_a_killed_eval_process_keeps_its_finished_runs_and_resumes(tmp_path: Pat
                 break
             time.sleep(0.5)
         assert proc.poll() is None, f"the evaluation ended before it could be stopped: {proc.communicate()}"
+        assert main(command[3:]) == 1  # the same evaluation from a second process, while the first is alive
+        refused = capsys.readouterr().err
+        assert f"already being run by process {proc.pid}" in refused and "Traceback" not in refused
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=300)
     finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -91,12 +92,17 @@ def test_malformed_dataset_names_file_and_line(tmp_path: Path) -> None:
     bad.write_text('[{"id": 1,\n "question": }]', encoding="utf-8")
     with pytest.raises(DatasetError) as info:
         load_training_questions(tmp_path)
-    assert f"{bad}:2" in info.value.message and "Fix:" in info.value.message
+    assert f"line 2 of {bad} is not valid JSON" in info.value.message and "Fix:" in info.value.message
 
 
-def test_missing_dataset_says_how_to_fix(tmp_path: Path) -> None:
-    with pytest.raises(DatasetError, match="--data"):
+def test_missing_dataset_says_how_to_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(DatasetError, match="data_dir=DIR"):  # Python callers: the keyword
         load_training_questions(tmp_path)
+    from explorer.cli import main
+
+    assert main(["train-classifier", "--data", str(tmp_path)]) == 1  # the command: its option
+    err = capsys.readouterr().err
+    assert "file not found" in err and "--data DIR" in err and "data_dir" not in err
 
 
 # ---------------------------------------------------------------------------------------------- features
@@ -162,29 +168,43 @@ def test_small_training_predicts_probabilities(small_model: tuple[PairClassifier
 def test_save_load_round_trip(small_model: tuple[PairClassifier, dict], shared_data: Path, tmp_path: Path,
                               encoder: TextEncoder) -> None:
     model, _ = small_model
-    path = model.save(tmp_path / "c.joblib")
+    path = model.save(tmp_path / "c")
+    assert sorted(p.name for p in path.iterdir()) == ["featurizer.json", "manifest.json", "weights.safetensors"]
+    assert b"sklearn" not in (path / "weights.safetensors").read_bytes()  # arrays only, no pickled objects
     again = PairClassifier.load(path, encoder=encoder)
-    assert again is not None
+    assert again is not None and again.origin == "file" and again.family == model.metadata["family"]
     assert again.threshold == model.threshold
     assert again.metadata["feature_version"] == model.metadata["feature_version"]
     assert set(again.metadata["data_files"]) == {"hotpotqa/dev_distractor_100.json", "musique/dev_100.json"}
     q = load_hotpotqa(shared_data / "hotpotqa/dev_distractor_100.json", limit=3)[2]
     pairs = [(q.passages[0], q.passages[b]) for b in range(1, 10)]
-    assert again.predict_many(q.question, pairs) == model.predict_many(q.question, pairs)
+    assert again.predict_many(q.question, pairs) == pytest.approx(model.predict_many(q.question, pairs), abs=1e-7)
+    assert PairClassifier.load(path / "manifest.json", encoder=encoder).threshold == model.threshold
 
 
-def test_load_returns_none_without_a_trained_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert PairClassifier.load(tmp_path / "absent.joblib") is None
+def test_load_returns_none_without_a_classifier(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert PairClassifier.load(tmp_path / "absent") is None
     monkeypatch.setenv("EXPLORER_CACHE", str(tmp_path / "cache"))
     assert PairClassifier.default_path().is_relative_to(tmp_path / "cache")
-    assert PairClassifier.load() is None
+    # an empty cache falls back to the shipped classifier, never to nothing
+    assert PairClassifier.default_source() == (PairClassifier.shipped_path(), "shipped")
 
 
-def test_load_rejects_a_file_that_is_not_a_model(tmp_path: Path) -> None:
+def test_load_rejects_pickles_and_damaged_folders(tmp_path: Path) -> None:
     junk = tmp_path / "pair_classifier.joblib"
     junk.write_bytes(b"not a pickle")
-    with pytest.raises(ModelError, match="train-classifier"):
+    with pytest.raises(ModelError, match="pickled classifiers are not loaded"):
         PairClassifier.load(junk)
+    with pytest.raises(ModelError, match="pickle file"):
+        PairClassifier.load(PairClassifier.shipped_path()).save(tmp_path / "model.joblib")
+    copy = tmp_path / "copy"
+    shutil.copytree(PairClassifier.shipped_path(), copy)
+    (copy / "weights.safetensors").write_bytes((copy / "weights.safetensors").read_bytes()[:-8] + b"\0" * 8)
+    with pytest.raises(ModelError, match="does not match the manifest"):
+        PairClassifier.load(copy)
+    (copy / "manifest.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(ModelError, match="train-classifier"):
+        PairClassifier.load(copy)
 
 
 def test_cli_rejects_a_tiny_limit(capsys: pytest.CaptureFixture[str]) -> None:
@@ -203,7 +223,7 @@ def test_full_training_beats_baselines(shared_data: Path, encoder: TextEncoder, 
                                        capsys: pytest.CaptureFixture[str]) -> None:
     from explorer.cli import main
 
-    out = tmp_path / "model.joblib"
+    out = tmp_path / "model"
     assert main(["train-classifier", "--data", str(shared_data), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert f"wrote {out}" in printed and "hotpotqa" in printed and "musique" in printed

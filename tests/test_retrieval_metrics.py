@@ -76,3 +76,41 @@ def test_cli_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["retrieval-metrics", "--limit", "0"]) == 1
     with pytest.raises(SystemExit):
         main(["retrieval-metrics", "--k", "3,x"])
+
+
+def _hotpot(qid: str, topic: str) -> dict:
+    gold_a = [f"{topic} Alpha", [f"{topic} Alpha was founded by {topic} Beta in 1900."]]
+    gold_b = [f"{topic} Beta", [f"{topic} Beta was a painter born in Lisbon."]]
+    noise = [[f"{topic} Noise {i}", [f"Unrelated text number {i} about rivers and hills."]] for i in range(3)]
+    return {"_id": qid, "question": f"Where was the founder of {topic} Alpha born?", "answer": "Lisbon",
+            "supporting_facts": [[gold_a[0], 0], [gold_b[0], 0]], "context": [gold_a, gold_b, *noise]}
+
+
+def test_own_question_files_are_measured_and_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from explorer.cli import main
+    from explorer.eval.datasets import resolve_sources
+    from explorer.paths import PROJECT_ROOT
+
+    mine = tmp_path / "mine.json"
+    mine.write_text(json.dumps([_hotpot("a", "Zorblat"), _hotpot("b", "Quendor"), _hotpot("c", "Vexmoor")]),
+                    encoding="utf-8")
+    report = measure(tmp_path, sources=resolve_sources([str(mine)]), methods=["bm25", "qdc", "cfs"], ks=[2])
+    assert report.counts == {"mine": 3} and report.rows[("bm25", 2, "mine")].n == 3
+    assert report.rows[("bm25", 2, "mine")].mean("recall") > 0.5  # the gold paragraphs share the question's words
+    assert report.classifier["path"]  # CFS ran with the classifier found by default (the shipped one here)
+    text = render_markdown(report)
+    assert f"mine ({mine.resolve()})" in text and "| 2 | CFS |" in text and "HotpotQA dev" not in text
+    # the command writes into the current folder, never into the project's results
+    results = PROJECT_ROOT / "benchmarks" / "results" / "retrieval_metrics.md"
+    before = results.stat().st_mtime_ns if results.exists() else None
+    monkeypatch.chdir(tmp_path)
+    assert main(["retrieval-metrics", "--dataset", str(mine), "--methods", "bm25", "--k", "2"]) == 0
+    assert (tmp_path / "retrieval_metrics.md").is_file() and "wrote retrieval_metrics.md" in capsys.readouterr().err
+    assert (results.stat().st_mtime_ns if results.exists() else None) == before
+    questions_only = tmp_path / "q.jsonl"
+    questions_only.write_text('{"question": "Who?", "answer": "x"}\n', encoding="utf-8")
+    assert main(["retrieval-metrics", "--dataset", str(questions_only), "--methods", "bm25"]) == 1
+    assert "hold no paragraphs" in capsys.readouterr().err

@@ -422,3 +422,27 @@ def test_evaluations_tab_goes_from_a_cell_to_a_question_to_its_trace(context, tm
         page.close()
     finally:
         server.stop()
+
+
+def test_a_question_file_loads_into_the_picker_with_its_format_detected(page, tmp_path):
+    import json
+
+    mine = tmp_path / "bamboogle.jsonl"
+    mine.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"idx": 1, "question": "Who founded the zorblax guild?", "answer": "Ada Quill"},
+        {"idx": 2, "question": "When did the zorblax guild close?", "answer": "1911"}]), encoding="utf-8")
+    page.get_by_text("Load a question file").click()
+    page.locator("#question-file input[type=file]").set_input_files(str(mine))
+    page.wait_for_function("() => document.querySelector('#question-source input').value"
+                           ".includes('File: bamboogle.jsonl (question-only, 2 questions)')", timeout=60_000)
+    pick_question(page, "zorblax guild close")
+    page.wait_for_selector("#gold:has-text('1911')")
+    # the wrong format, chosen by hand: the message names the line, the fix and the app's own control
+    choose(page, "question-format", "strategyqa")
+    note = page.locator("#data-note")
+    note.wait_for(state="visible", timeout=30_000)
+    text = note.inner_text()
+    assert "line 1 of" in text and "bamboogle.jsonl" in text and "not true or false" in text
+    assert "the Format menu" in text and "--format" not in text
+    choose(page, "question-format", "detect")
+    page.wait_for_selector("#data-note", state="hidden", timeout=30_000)

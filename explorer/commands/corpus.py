@@ -1,9 +1,11 @@
-"""``python -m explorer corpus info|convert|build-benchmark``: inspect, convert and build corpora.
+"""``python -m explorer corpus info|convert|build|build-benchmark``: inspect, convert and build corpora.
 
 ``info`` is how a user checks that a downloaded corpus is read as intended (format detected,
 passages after cutting to 100 words) before indexing it; ``convert`` writes any supported format
-as the JSONL the explorer reads fastest; ``build-benchmark`` pools the benchmark paragraphs into
-the corpus the evaluation runs against and indexes it once.
+as the JSONL the explorer reads fastest; ``build`` pools the paragraphs of any question files and
+corpus files into one corpus with its gold mapping (a user's own benchmark pool);
+``build-benchmark`` pools the shared benchmark paragraphs into the corpus the evaluation runs
+against by default and indexes it once.
 """
 
 from __future__ import annotations
@@ -11,11 +13,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
 
-FORMAT_HELP = "corpus format when the extension does not tell: dpr, passages, hotpotqa, 2wiki, musique, nq, txt"
+FORMAT_HELP = ("corpus format when the file does not tell: dpr, passages, hotpotqa, 2wiki, musique, nq, txt, "
+               "title-sentences, title-text")
+CORPUS_HINTS = {"corpus_format": "--format"}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     info = actions.add_parser("info", help="load a corpus and report counts")
     info.add_argument("corpus", help="'demo', 'benchmark' or a corpus file/folder")
     info.add_argument("--format", dest="fmt", default=None, help=FORMAT_HELP)
-    info.set_defaults(handler=_info)
+    info.set_defaults(handler=_info, hints=CORPUS_HINTS)
 
     convert = actions.add_parser("convert", help="write a corpus as JSONL {id, title, text}")
     convert.add_argument("source", help="'demo', 'benchmark' or a corpus file/folder")
@@ -37,11 +42,35 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     convert.add_argument("--format", dest="fmt", default=None, help=FORMAT_HELP)
     convert.add_argument("--max-words", type=int, default=100, help="cut passages to this many words (default 100)")
     convert.add_argument("--force", action="store_true", help="overwrite the output file")
-    convert.set_defaults(handler=_convert)
+    convert.set_defaults(handler=_convert, hints=CORPUS_HINTS)
 
-    build = actions.add_parser("build-benchmark", help="pool the benchmark paragraphs into one indexed corpus")
-    build.add_argument("--data", type=Path, default=None, help="benchmark data folder (default: ../shared/data)")
-    build.set_defaults(handler=_build_benchmark)
+    from explorer.eval.question_formats import QUESTION_FORMATS
+
+    build = actions.add_parser("build", help="pool question files and corpus files into one corpus with gold ids",
+                               description="Pool the paragraphs inside question files (HotpotQA, 2Wiki, MuSiQue, NQ "
+                                           "formats) and every document of the corpus files; remove duplicates by "
+                                           "(title, text); cut into passages of at most 100 words; write corpus.jsonl, "
+                                           "gold.json and manifest.json. Evaluate against it with --corpus "
+                                           "OUT/corpus.jsonl.")
+    build.add_argument("--dataset", "--datasets", dest="datasets", action="append", default=[],
+                       metavar="NAME|PATH|NAME=PATH",
+                       help="question files or benchmark names, comma-separated or repeated")
+    build.add_argument("--format", dest="fmt", default=None,
+                       help="format of the question files when it should not be detected: "
+                            + ", ".join(QUESTION_FORMATS))
+    build.add_argument("--corpus", dest="corpora", action="append", default=[], metavar="PATH",
+                       help="a corpus file or folder to pool (repeatable)")
+    build.add_argument("--corpus-format", dest="corpus_fmt", default=None, help=FORMAT_HELP)
+    build.add_argument("--data", type=Path, default=None, help="benchmark data folder for benchmark names "
+                                                               "(default: ../shared/data)")
+    build.add_argument("--out", type=Path, default=Path("."), help="folder to write to (default: the current folder)")
+    build.add_argument("--force", action="store_true", help="overwrite corpus.jsonl / gold.json already there")
+    build.set_defaults(handler=_build, hints={"dataset_format": "--format", "dataset": "--dataset",
+                                              "corpus_format": "--corpus-format", "data_dir": "--data"})
+
+    bench = actions.add_parser("build-benchmark", help="pool the benchmark paragraphs into one indexed corpus")
+    bench.add_argument("--data", type=Path, default=None, help="benchmark data folder (default: ../shared/data)")
+    bench.set_defaults(handler=_build_benchmark, hints={"benchmark_data": "--data"})
 
 
 def _progress(message: str) -> None:
@@ -128,4 +157,39 @@ def _build_benchmark(args: argparse.Namespace) -> int:
         ("took", f"{time.perf_counter() - started:.1f} s"),
     ]
     _print_rows(rows)
+    return 0
+
+
+def _build(args: argparse.Namespace) -> int:
+    from explorer.errors import ConfigError
+    from explorer.eval.datasets import resolve_sources
+    from explorer.eval.runner import parse_list
+    from explorer.retrieval.pool import CorpusSource, build_pool
+
+    specs = parse_list(args.datasets, "dataset") if args.datasets else []
+    if not specs and not args.corpora:
+        raise ConfigError("nothing to pool", where="corpus build",
+                          fix="give question files with --dataset and/or corpus files with --corpus")
+    out: Path = args.out
+    existing = [n for n in ("corpus.jsonl", "gold.json", "manifest.json") if (out / n).exists()]
+    if existing and not args.force:
+        raise ConfigError(f"{out / existing[0]} already exists", where="--out",
+                          fix="choose another --out folder, or pass --force to overwrite")
+    sources = resolve_sources(specs, fmt=args.fmt, data_dir=args.data) if specs else []
+    corpora = [CorpusSource(Path(c).expanduser(), args.corpus_fmt) for c in args.corpora]
+    started = time.perf_counter()
+    pool = build_pool(sources, corpora, out, progress=_progress)
+    rows = [(f"from {name}", f"{n:,} paragraphs") for name, n in pool.paragraphs_from.items()]
+    rows += [
+        ("paragraphs", f"{pool.documents:,} distinct (title, text)"),
+        ("passages", f"{pool.passages:,} of at most 100 words"),
+        ("gold questions", ", ".join(f"{k} {v:,}" for k, v in pool.gold_questions.items()) or "none"),
+        ("corpus", str(pool.corpus_path)),
+        ("gold ids", str(pool.gold_path)),
+        ("took", f"{time.perf_counter() - started:.1f} s"),
+    ]
+    _print_rows(rows)
+    datasets = ",".join(s.spec for s in sources) or "FILE"
+    print(f"\nevaluate on it: python -m explorer eval --dataset {shlex.quote(datasets)} "
+          f"--corpus {shlex.quote(str(pool.corpus_path))} --methods wo,sr,dragin")
     return 0

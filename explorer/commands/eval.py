@@ -13,6 +13,11 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+DATASET_HELP = ("benchmark names (hotpotqa, musique, 2wiki, nq, strategyqa, demo) or question files (.json, .jsonl, "
+                ".csv, .tsv; format detected), comma-separated or repeated; NAME=PATH files a file under NAME")
+# What the options are called on eval and sweep, for messages that suggest one (explorer.options).
+RUN_HINTS = {"dataset_format": "--format", "dataset": "--dataset", "data_dir": "--data", "name": "--name"}
+
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
     """Options shared by ``eval`` and ``sweep``: where questions, model, corpus and runs come from."""
@@ -23,7 +28,11 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or float16")
     parser.add_argument("--name", default=None, help="evaluation name (default: from datasets, limit, model, corpus)")
     parser.add_argument("--db", default=None, help="run database (default: the app's run database, EXPLORER_DB)")
-    parser.add_argument("--data", default=None, help="benchmark data folder (default: ../shared/data)")
+    parser.add_argument("--data", default=None, help="benchmark data folder for benchmark names (default: "
+                                                     "../shared/data)")
+    parser.add_argument("--format", dest="dataset_format", default=None,
+                        help="format of the question files, when it should not be detected from the first record: "
+                             "hotpotqa, 2wiki, musique, nq, strategyqa, questions (question-only), flashrag")
     parser.add_argument("--set", dest="settings", action="append", default=[], metavar="[METHOD.]NAME=VALUE",
                         help="a config value, e.g. --set dragin.threshold=0.5, or --set max_length=32 for every "
                              "method that has it (repeatable)")
@@ -39,12 +48,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    description="Run every method on every question, store each trace under one "
                                                "named evaluation, and print EM/F1 and costs per method. Rerun the "
                                                "same command to resume.")
-    parser.add_argument("--dataset", "--datasets", dest="datasets", required=True,
-                        help="comma-separated: hotpotqa, musique, 2wiki, nq, strategyqa, demo")
+    parser.add_argument("--dataset", "--datasets", dest="datasets", required=True, action="append",
+                        metavar="NAME|PATH|NAME=PATH", help=DATASET_HELP)
     parser.add_argument("--methods", required=True,
                         help="comma-separated methods, e.g. wo,sr,fl,fs,flare,dragin; METHOD:VARIANT for a variant")
     add_run_options(parser)
-    parser.set_defaults(handler=run)
+    parser.set_defaults(handler=run, hints=RUN_HINTS)
 
 
 @contextmanager
@@ -77,6 +86,14 @@ def open_store(db: str | None):
     return store
 
 
+def resolve(args: argparse.Namespace) -> list:
+    """The question sources of ``--dataset`` (names, files, NAME=PATH), read far enough to know their formats."""
+    from explorer.eval.datasets import resolve_sources
+    from explorer.eval.runner import parse_list
+
+    return resolve_sources(parse_list(args.datasets, "dataset"), fmt=args.dataset_format, data_dir=args.data)
+
+
 def check_common(args: argparse.Namespace) -> None:
     from explorer.errors import ConfigError
 
@@ -89,18 +106,17 @@ def check_common(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from explorer.eval.datasets import canonical_name
     from explorer.eval.report import summary_markdown
     from explorer.eval.runner import EvalSettings, build_arms, default_name, parse_list, run_evaluation
 
     check_common(args)
-    datasets = [canonical_name(d) for d in parse_list(args.datasets, "dataset")]
+    sources = resolve(args)
     arms = build_arms(parse_list(args.methods, "methods"), settings=args.settings, variants=args.variants,
                       seed=args.seed)
-    name = args.name or default_name(datasets, args.limit, args.model, args.corpus)
-    settings = EvalSettings(name=name, datasets=datasets, arms=arms, limit=args.limit, model=args.model,
-                            corpus=args.corpus, dtype=args.dtype, device=args.device, seed=args.seed,
-                            data_dir=args.data, batch_size=args.batch)
+    name = args.name or default_name([s.label for s in sources], args.limit, args.model, args.corpus)
+    settings = EvalSettings(name=name, datasets=[s.spec for s in sources], arms=arms, limit=args.limit,
+                            model=args.model, corpus=args.corpus, dtype=args.dtype, device=args.device, seed=args.seed,
+                            data_dir=args.data, batch_size=args.batch, dataset_format=args.dataset_format)
     store = open_store(args.db)
     print(f"evaluation {name!r} in {store.path}", file=sys.stderr)
     with stop_on_terminate():

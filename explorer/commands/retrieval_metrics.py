@@ -1,7 +1,9 @@
 """``python -m explorer retrieval-metrics``: recall of BM25, QDC, CIS and CFS at k = 3, 4, 6, and BlendFilter's
-recall, precision and S-Precision before and after its filter, on HotpotQA and MuSiQue dev.
+recall, precision and S-Precision before and after its filter, on HotpotQA and MuSiQue dev (or any question
+files that carry their gold paragraphs, ``--dataset``).
 
-Prints markdown and writes it to ``--out`` (benchmarks/results/retrieval_metrics.md by default).
+Prints markdown and writes it to ``--out`` (``retrieval_metrics.md`` in the current folder by default; the
+project's own result file is written only when asked for by path).
 BlendFilter runs the model, so ``--blendfilter-limit`` can keep it to the first N questions of each set.
 """
 
@@ -13,9 +15,8 @@ import sys
 from pathlib import Path
 
 from explorer.errors import ConfigError
-from explorer.paths import PROJECT_ROOT
 
-DEFAULT_OUT = PROJECT_ROOT / "benchmarks" / "results" / "retrieval_metrics.md"
+DEFAULT_OUT = Path("retrieval_metrics.md")  # relative: the current folder, never the package
 
 
 def _ints(text: str) -> list[int]:
@@ -33,8 +34,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     parser = subparsers.add_parser(
         "retrieval-metrics", help="recall of BM25 / DR-RAG strategies and BlendFilter's filtered union",
-        description="Pool the HotpotQA and MuSiQue dev paragraphs into one corpus and measure how many gold "
-                    "paragraphs each retrieval strategy keeps.")
+        description="Pool the paragraphs of the question sets (HotpotQA and MuSiQue dev by default) into one corpus "
+                    "and measure how many gold paragraphs each retrieval strategy keeps.")
+    parser.add_argument("--dataset", "--datasets", dest="datasets", action="append", default=[],
+                        metavar="NAME|PATH|NAME=PATH",
+                        help="question sets with gold paragraphs: benchmark names or files in the HotpotQA, 2Wiki, "
+                             "MuSiQue or NQ format, comma-separated or repeated (default: hotpotqa,musique)")
+    parser.add_argument("--format", dest="dataset_format", default=None,
+                        help="format of the question files when it should not be detected: hotpotqa, 2wiki, "
+                             "musique, nq")
     parser.add_argument("--data", type=Path, default=None, help="benchmark data folder (default: ../shared/data)")
     parser.add_argument("--methods", default=",".join(METHODS),
                         help=f"comma-separated, from {', '.join(METHODS)} (default: all)")
@@ -45,9 +53,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="first N questions of each dataset for BlendFilter (default: --limit)")
     parser.add_argument("--blendfilter-k", type=int, default=5, help="BlendFilter's K per query (paper: 5)")
     parser.add_argument("--model", default="embedded", help="model for BlendFilter (default: embedded)")
-    parser.add_argument("--classifier", default="", help="trained pair classifier (default: the cache)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="markdown file to write ('-' for none)")
-    parser.set_defaults(handler=run)
+    parser.add_argument("--classifier", default="",
+                        help="a pair-classifier folder or manifest (default: the one in the cache if trained there, "
+                             "else the one shipped with the explorer)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                        help="markdown file to write (default: retrieval_metrics.md in the current folder; "
+                             "'-' for none)")
+    parser.set_defaults(handler=run, hints={"dataset_format": "--format", "dataset": "--dataset", "data_dir": "--data",
+                                            "classifier": "--classifier"})
 
 
 def run(args: argparse.Namespace) -> int:
@@ -73,9 +86,15 @@ def run(args: argparse.Namespace) -> int:
     def progress(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    report = measure(args.data or shared_data_dir(), methods=methods, ks=args.k, k2=args.k2, limit=args.limit,
+    from explorer.eval.datasets import resolve_sources
+    from explorer.eval.runner import parse_list
+
+    data = args.data or shared_data_dir()
+    sources = resolve_sources(parse_list(args.datasets or ["hotpotqa,musique"], "dataset"), fmt=args.dataset_format,
+                              data_dir=data)
+    report = measure(data, methods=methods, ks=args.k, k2=args.k2, limit=args.limit,
                      blend_limit=args.blendfilter_limit, blend_k=args.blendfilter_k, model=args.model,
-                     classifier_path=args.classifier, progress=progress)
+                     classifier_path=args.classifier, progress=progress, sources=sources)
     given = sys.argv[2:] if sys.argv[1:2] == ["retrieval-metrics"] else []
     report.command = " ".join(["python -m explorer retrieval-metrics", *(shlex.quote(a) for a in given)])
     text = render_markdown(report)

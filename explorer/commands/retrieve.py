@@ -25,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "musique, nq, txt)")
     parser.add_argument("--width", type=int, default=160, help="characters of text shown per hit (default 160)")
     parser.add_argument("--json", action="store_true", help="print the hits as JSON lines instead")
-    parser.set_defaults(handler=run)
+    parser.set_defaults(handler=run, hints={"corpus_format": "--format"})
 
 
 def _progress(message: str) -> None:

@@ -11,7 +11,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from explorer.commands.eval import add_run_options, check_common, open_store, stop_on_terminate
+from explorer.commands.eval import (
+    DATASET_HELP,
+    RUN_HINTS,
+    add_run_options,
+    check_common,
+    open_store,
+    resolve,
+    stop_on_terminate,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -21,17 +29,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--method", required=True, help="the method, e.g. dragin (METHOD:VARIANT for a variant)")
     parser.add_argument("--param", required=True, help="the parameter to vary, e.g. threshold")
     parser.add_argument("--values", required=True, help="comma-separated values, e.g. 0.1,0.2,0.4,0.8")
-    parser.add_argument("--dataset", "--datasets", dest="datasets", required=True,
-                        help="comma-separated datasets, e.g. hotpotqa")
-    parser.add_argument("--out", type=Path, default=None, help="folder for the report (default: reports/NAME)")
+    parser.add_argument("--dataset", "--datasets", dest="datasets", required=True, action="append",
+                        metavar="NAME|PATH|NAME=PATH", help=DATASET_HELP)
+    parser.add_argument("--out", type=Path, default=None,
+                        help="folder for the report (default: reports/NAME under the current folder)")
     add_run_options(parser)
-    parser.set_defaults(handler=run)
+    parser.set_defaults(handler=run, hints=RUN_HINTS)
 
 
 def run(args: argparse.Namespace) -> int:
     from explorer.commands.report import _safe
     from explorer.errors import ConfigError
-    from explorer.eval.datasets import canonical_name
     from explorer.eval.report import write_report
     from explorer.eval.runner import EvalSettings, build_arms, parse_list, run_evaluation
 
@@ -50,13 +58,14 @@ def run(args: argparse.Namespace) -> int:
                               variants=args.variants, seed=args.seed):
             if arm not in arms:
                 arms.append(arm)
-    datasets = [canonical_name(d) for d in parse_list(args.datasets, "dataset")]
+    sources = resolve(args)
+    datasets = [s.label for s in sources]
     name = args.name or (f"sweep-{method.replace(':', '-')}-{args.param}-{'+'.join(datasets)}-"
                          f"{'all' if args.limit is None else args.limit}-{args.model.rstrip('/').rsplit('/', 1)[-1]}"
                          f"-{args.corpus}")
-    settings = EvalSettings(name=name, datasets=datasets, arms=arms, limit=args.limit, model=args.model,
-                            corpus=args.corpus, dtype=args.dtype, device=args.device, seed=args.seed,
-                            data_dir=args.data, batch_size=args.batch,
+    settings = EvalSettings(name=name, datasets=[s.spec for s in sources], arms=arms, limit=args.limit,
+                            model=args.model, corpus=args.corpus, dtype=args.dtype, device=args.device, seed=args.seed,
+                            data_dir=args.data, batch_size=args.batch, dataset_format=args.dataset_format,
                             sweep={"method": arms[0].method, "variant": arms[0].variant, "param": args.param,
                                    "values": [a.given[args.param] for a in arms]})
     from explorer.paths import check_creatable

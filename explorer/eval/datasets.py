@@ -16,46 +16,32 @@ with the same function that gives the corpus its ids
 - demo: the demo corpus ids; StrategyQA and question-only files: none (empty list).
 
 Questions without an id of their own are numbered by their 0-based position in the file.
+
+Besides the benchmark names, a dataset can be any question file (:class:`DatasetSource`, from
+:func:`resolve_source`): the path, with its format detected (or given), filed under the file's
+name or the NAME of ``NAME=PATH``. The record shapes are in :mod:`explorer.eval.question_formats`,
+the readers in :mod:`explorer.eval.question_files`.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from explorer.errors import CorpusError, DatasetError
+from explorer.errors import DatasetError
+from explorer.eval.question import Question
+from explorer.eval.question_files import check_format, read_questions, sniff_format
+from explorer.eval.question_formats import FORMAT_TITLES, PARSERS, QUESTION_FORMATS
+from explorer.options import option, usage
 from explorer.paths import DEMO_CORPUS_DIR, shared_data_dir
-from explorer.retrieval.formats import container_of, iter_records
-from explorer.retrieval.splitter import join_sentences, paragraph_passage_ids, sentence_spans
 
-
-@dataclass
-class Question:
-    """One benchmark question: answers hold the main answer first, then accepted aliases."""
-
-    id: str
-    question: str
-    answers: list[str]
-    type: str
-    dataset: str
-    gold_passages: list[str] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def answer(self) -> str:
-        return self.answers[0]
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def gold(self) -> dict[str, Any]:
-        """What a trace records about the right answer (``trace.gold``), the same from the app and from eval."""
-        return {"dataset": self.dataset, "id": self.id, "type": self.type, "answers": list(self.answers),
-                "gold_passages": list(self.gold_passages)}
-
+__all__ = ["DATASETS", "DatasetSource", "Question", "QUESTION_FORMATS", "canonical_name", "default_path",
+           "iter_questions", "load_dataset", "load_source", "resolve_source", "resolve_sources"]
 
 DATASETS = ("hotpotqa", "musique", "2wiki", "nq", "strategyqa", "demo")
 DEFAULT_FILES = {
@@ -68,201 +54,26 @@ DEFAULT_FILES = {
 ALIASES = {"hotpot": "hotpotqa", "2wikimultihopqa": "2wiki", "nq-open": "nq", "nq_open": "nq", "strategy": "strategyqa"}
 
 
-class _Bad(Exception):
-    """A record-level problem; turned into a DatasetError with the record's place in the file."""
-
-
-# --- field helpers --------------------------------------------------------------------------------
-
-
-def _str(record: dict, key: str) -> str:
-    if key not in record:
-        raise _Bad(f"missing key '{key}'")
-    value = record[key]
-    if not isinstance(value, str) or not value.strip():
-        raise _Bad(f"'{key}' should be a non-empty string, found {type(value).__name__} {value!r:.40}")
-    return value.strip()
-
-
-def _answers(*values: Any) -> list[str]:
-    """Strings and lists of strings flattened into distinct non-blank answers, order kept."""
-    out: list[str] = []
-    for value in values:
-        items = value if isinstance(value, list) else [value]
-        for item in items:
-            if isinstance(item, bool) or isinstance(item, (int, float)):
-                item = str(item)
-            if not isinstance(item, str):
-                raise _Bad(f"an answer should be a string, found {type(item).__name__}")
-            item = item.strip()
-            if item and item not in out:
-                out.append(item)
-    if not out:
-        raise _Bad("no answer")
-    return out
-
-
-def _answer_field(record: dict) -> list[str]:
-    for key in ("answers", "answer"):
-        if key in record:
-            return _answers(record[key])
-    raise _Bad("missing key 'answer' (or 'answers')")
-
-
-def _qid(record: dict, index: int) -> str:
-    for key in ("id", "_id", "qid", "idx"):
-        value = record.get(key)
-        if value is not None and not isinstance(value, bool) and str(value).strip():
-            return str(value).strip()
-    return str(index)
-
-
-# --- per-dataset record parsers -------------------------------------------------------------------
-
-
-def _supporting_gold(record: dict) -> tuple[list[str], list[str]]:
-    """HotpotQA / 2Wiki gold ids from supporting_facts and context, and titles absent from context."""
-    facts = record.get("supporting_facts")
-    context = record.get("context")
-    if facts is None or context is None:
-        return [], []
-    if isinstance(context, dict):  # Hugging Face layout
-        context = [list(pair) for pair in zip(context.get("title", []), context.get("sentences", []), strict=False)]
-        if isinstance(facts, dict):
-            facts = [list(pair) for pair in zip(facts.get("title", []), facts.get("sent_id", []), strict=False)]
-    if not isinstance(context, list) or not isinstance(facts, list):
-        raise _Bad("'context' and 'supporting_facts' should be lists")
-    paragraphs: dict[str, list[str]] = {}
-    for i, item in enumerate(context):
-        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str) and isinstance(item[1], list)
-                and all(isinstance(s, str) for s in item[1])):
-            raise _Bad(f"context[{i}] should be [title, [sentence, ...]]")
-        paragraphs.setdefault(item[0], item[1])
-    wanted: dict[str, list[int]] = {}
-    for i, fact in enumerate(facts):
-        if not (isinstance(fact, list) and len(fact) == 2 and isinstance(fact[0], str)
-                and isinstance(fact[1], int) and not isinstance(fact[1], bool)):
-            raise _Bad(f"supporting_facts[{i}] should be [title, sentence index]")
-        wanted.setdefault(fact[0], []).append(fact[1])
-    gold, missing = [], []
-    for title, indices in wanted.items():
-        sentences = paragraphs.get(title)
-        if sentences is None:
-            missing.append(title)
-            continue
-        spans = sentence_spans(sentences)
-        chosen = [spans[i] for i in indices if 0 <= i < len(spans)] or spans  # bad index: the whole paragraph
-        for pid in paragraph_passage_ids(title, join_sentences(sentences), word_spans=chosen):
-            if pid not in gold:
-                gold.append(pid)
-    return gold, missing
-
-
-def _hotpot_like(dataset: str) -> Callable[[dict, int], Question]:
-    def parse(record: dict, index: int) -> Question:
-        gold, missing = _supporting_gold(record)
-        extra: dict[str, Any] = {}
-        for key in ("level", "supporting_facts", "evidences", "entity_ids"):
-            if key in record:
-                extra[key] = record[key]
-        if missing:
-            extra["gold_titles_not_in_context"] = missing
-        aliases = record.get("answer_aliases", [])
-        return Question(id=_qid(record, index), question=_str(record, "question"),
-                        answers=_answers(_answer_field(record), aliases),
-                        type=str(record.get("type") or "unknown"), dataset=dataset, gold_passages=gold, extra=extra)
-
-    return parse
-
-
-def _musique(record: dict, index: int) -> Question:
-    gold: list[str] = []
-    paragraphs = record.get("paragraphs")
-    decomposition = record.get("question_decomposition") or []
-    if paragraphs is not None:
-        if not isinstance(paragraphs, list):
-            raise _Bad("'paragraphs' should be a list")
-        supporting = []
-        for i, para in enumerate(paragraphs):
-            if not isinstance(para, dict) or not isinstance(para.get("title"), str) \
-                    or not isinstance(para.get("paragraph_text"), str):
-                raise _Bad(f"paragraphs[{i}] should have string 'title' and 'paragraph_text'")
-            if para.get("is_supporting") is True:
-                supporting.append(i)
-        hop_order = [step.get("paragraph_support_idx") for step in decomposition if isinstance(step, dict)]
-        ordered = [i for i in hop_order if i in supporting] + [i for i in supporting if i not in hop_order]
-        for i in dict.fromkeys(ordered):
-            para = paragraphs[i]
-            gold.extend(pid for pid in paragraph_passage_ids(para["title"], para["paragraph_text"]) if pid not in gold)
-    qid = _qid(record, index)
-    hops = re.match(r"(\d)hop", qid)
-    qtype = f"{hops.group(1)}hop" if hops else (f"{len(decomposition)}hop" if decomposition else "unknown")
-    extra = {key: record[key] for key in ("question_decomposition", "answerable") if key in record}
-    return Question(id=qid, question=_str(record, "question"),
-                    answers=_answers(_answer_field(record), record.get("answer_aliases", [])),
-                    type=qtype, dataset="musique", gold_passages=gold, extra=extra)
-
-
-def _nq(record: dict, index: int) -> Question:
-    gold: list[str] = []
-    ctxs = record.get("ctxs")
-    if ctxs is not None:
-        if not isinstance(ctxs, list):
-            raise _Bad("'ctxs' should be a list")
-        for i, ctx in enumerate(ctxs):
-            if not (isinstance(ctx, dict) and isinstance(ctx.get("title"), str) and isinstance(ctx.get("text"), str)):
-                raise _Bad(f"ctxs[{i}] should have string 'title' and 'text'")
-            if ctx.get("isgold") is True:
-                gold.extend(pid for pid in paragraph_passage_ids(ctx["title"], ctx["text"]) if pid not in gold)
-    return Question(id=_qid(record, index), question=_str(record, "question"), answers=_answer_field(record),
-                    type="simple", dataset="nq", gold_passages=gold)
-
-
-def _strategyqa(record: dict, index: int) -> Question:
-    if "answer" not in record:
-        raise _Bad("missing key 'answer' (the StrategyQA test split has no answers)")
-    answer = record["answer"]
-    if isinstance(answer, str) and answer.strip().lower() in ("yes", "no", "true", "false"):
-        answer = answer.strip().lower() in ("yes", "true")
-    if not isinstance(answer, bool):
-        raise _Bad(f"'answer' should be true or false, found {answer!r:.40}")
-    extra = {key: record[key] for key in ("term", "description", "facts", "decomposition", "evidence") if key in record}
-    return Question(id=_qid(record, index), question=_str(record, "question"), answers=["yes" if answer else "no"],
-                    type="yesno", dataset="strategyqa", extra=extra)
-
-
-def _demo(record: dict, index: int) -> Question:
-    gold = record.get("gold_passages", [])
-    if not isinstance(gold, list) or not all(isinstance(g, str) for g in gold):
-        raise _Bad("'gold_passages' should be a list of passage ids")
-    return Question(id=_qid(record, index), question=_str(record, "question"), answers=_answer_field(record),
-                    type=str(record.get("type") or "unknown"), dataset="demo", gold_passages=list(gold),
-                    extra={"case_study": record.get("case_study")})
-
-
-PARSERS: dict[str, Callable[[dict, int], Question]] = {
-    "hotpotqa": _hotpot_like("hotpotqa"),
-    "2wiki": _hotpot_like("2wiki"),
-    "musique": _musique,
-    "nq": _nq,
-    "strategyqa": _strategyqa,
-    "demo": _demo,
-}
-
-
-# --- reading --------------------------------------------------------------------------------------
+# --- benchmark names ------------------------------------------------------------------------------
 
 
 def _dataset_name(name: str) -> str:
     key = ALIASES.get(name.strip().lower(), name.strip().lower())
-    if key not in PARSERS:
-        raise DatasetError(f"unknown dataset '{name}'", where="dataset", fix=f"use one of {', '.join(DATASETS)}")
+    if key not in PARSERS or key not in DATASETS:
+        raise DatasetError(f"unknown dataset '{name}'", where="dataset",
+                           fix=f"use one of {', '.join(DATASETS)}, or the path of a question file "
+                               "(.json, .jsonl, .csv or .tsv)")
     return key
 
 
 def canonical_name(name: str) -> str:
     """The dataset's registered name for any accepted spelling ("hotpot" -> "hotpotqa"); unknown names fail."""
     return _dataset_name(name)
+
+
+def is_dataset_name(name: str) -> bool:
+    key = ALIASES.get(name.strip().lower(), name.strip().lower())
+    return key in DATASETS
 
 
 def default_path(name: str, data_dir: Path | None = None) -> Path:
@@ -272,54 +83,198 @@ def default_path(name: str, data_dir: Path | None = None) -> Path:
     return Path(data_dir or shared_data_dir()) / DEFAULT_FILES[key]
 
 
-def _records(path: Path) -> Iterator[tuple[str, Any]]:
-    try:
-        container = container_of(path)
-        if container not in ("json", "jsonl"):
-            raise DatasetError("question files are JSON (.json) or JSON lines (.jsonl, optionally .gz)",
-                               where=str(path), fix="convert the file to JSON lines with one question per line")
-        yield from iter_records(path, container)
-    except CorpusError as exc:
-        raise DatasetError(exc.what, where=exc.where, fix=exc.fix) from exc
+def _missing_default(key: str, file: Path) -> DatasetError:
+    hints = ["place the benchmark data at ../shared/data beside the project, or set EXPLORER_DATA to its folder"]
+    if usage("data_dir", "DIR"):
+        hints.append(f"pass {usage('data_dir', 'DIR')}")
+    if usage("dataset", "PATH"):
+        hints.append(f"give your own {key} file: {usage('dataset', 'PATH')}")
+    return DatasetError(f"the {key} question file {file} is not there", fix="; or ".join(hints))
 
 
 def iter_questions(name: str, *, path: Path | str | None = None, data_dir: Path | str | None = None
                    ) -> Iterator[Question]:
-    """Questions one by one (JSON lines are read as they are consumed)."""
+    """Questions one by one, read as dataset ``name`` (JSON lines and tables are read as they are consumed)."""
     key = _dataset_name(name)
     file = Path(path).expanduser() if path else default_path(key, Path(data_dir) if data_dir else None)
     if not file.is_file():
-        where = "" if path else " (the benchmark data folder: ../shared/data, EXPLORER_DATA or --data)"
-        raise DatasetError(f"question file not found: {file}{where}",
-                           fix="check the path" if path else "place the benchmark data beside the project, "
-                                                             "or pass path= / --data to the file")
-    parse = PARSERS[key]
-    for index, (where, record) in enumerate(_records(file)):
-        if not isinstance(record, dict):
-            raise DatasetError(f"expected a JSON object per question, found {type(record).__name__}", where=where,
-                               fix=f"use the {key} question format")
-        try:
-            yield parse(record, index)
-        except _Bad as exc:
-            raise DatasetError(str(exc), where=where, fix=f"check that the file is in a {key} format") from None
+        if path:
+            raise DatasetError(f"question file not found: {file}", fix="check the path")
+        raise _missing_default(key, file)
+    yield from read_questions(file, key, label=key, suggest_format=False)
 
 
-def load_dataset(name: str, *, path: Path | str | None = None, limit: int | None = None,
-                 data_dir: Path | str | None = None) -> list[Question]:
-    """The first ``limit`` (default: all) questions of a dataset's default file, or of ``path``."""
+def _collect(questions: Iterable[Question], limit: int | None, where: Path) -> list[Question]:
     if limit is not None and limit < 0:
         raise DatasetError(f"limit must be 0 or more, got {limit}")
     out: list[Question] = []
     if limit == 0:
         return out
     seen: dict[str, int] = {}
-    for question in iter_questions(name, path=path, data_dir=data_dir):
+    for question in questions:
         if question.id in seen:  # gold mappings and stored runs key questions by id
-            raise DatasetError(f"question id '{question.id}' appears twice (items {seen[question.id]} and {len(out)})",
-                               where=str(path or default_path(name, Path(data_dir) if data_dir else None)),
-                               fix="give every question its own id")
+            raise DatasetError(f"question id '{question.id}' appears twice in {where} (questions "
+                               f"{seen[question.id] + 1} and {len(out) + 1})", fix="give every question its own id")
         seen[question.id] = len(out)
         out.append(question)
         if limit is not None and len(out) >= limit:
             break
     return out
+
+
+def load_dataset(name: str, *, path: Path | str | None = None, limit: int | None = None,
+                 data_dir: Path | str | None = None) -> list[Question]:
+    """The first ``limit`` (default: all) questions of a dataset's default file, or of ``path``."""
+    where = Path(path).expanduser() if path else default_path(name, Path(data_dir) if data_dir else None)
+    if limit is not None and limit < 0:
+        raise DatasetError(f"limit must be 0 or more, got {limit}")
+    return _collect(iter_questions(name, path=path, data_dir=data_dir), limit, where)
+
+
+# --- question sources: a benchmark name or a user's file ------------------------------------------
+
+
+_fingerprints: dict[tuple[str, int, int], str] = {}
+
+
+def file_fingerprint(path: Path) -> str:
+    """A content hash of a file (remembered per path, size and modification time within the process)."""
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    cached = _fingerprints.get(key)
+    if cached is None:
+        digest = hashlib.sha256()
+        with open(path, "rb") as stream:
+            for block in iter(lambda: stream.read(1 << 20), b""):
+                digest.update(block)
+        cached = _fingerprints[key] = digest.hexdigest()[:32]
+    return cached
+
+
+@dataclass(frozen=True)
+class DatasetSource:
+    """Where one dataset of an evaluation comes from: its name, its file and how the file is read.
+
+    ``label`` is the name its questions are filed under (a benchmark name, the file's stem, or the
+    NAME of ``NAME=PATH``); ``named`` says the label is a benchmark read from its default file.
+    """
+
+    label: str
+    path: Path
+    format: str
+    detected: bool = False
+    named: bool = False
+
+    @property
+    def spec(self) -> str:
+        """What to type to name this source again (``hotpotqa``, or ``label=path``)."""
+        if self.named:
+            return self.label
+        return str(self.path) if self.label == label_for(self.path) else f"{self.label}={self.path}"
+
+    @property
+    def title(self) -> str:
+        return FORMAT_TITLES.get(self.format, self.format)
+
+    def fingerprint(self) -> str:
+        """Content hash of the file and the format it is read in: what a resumed evaluation must find again."""
+        return f"{self.format}:{file_fingerprint(self.path)}"
+
+    def describe(self) -> dict[str, Any]:
+        """What an evaluation stores about the source (and shows in its report)."""
+        return {"file": str(self.path), "format": self.format, "format_detected": self.detected,
+                "fingerprint": self.fingerprint()}
+
+    def iter_questions(self) -> Iterator[Question]:
+        return read_questions(self.path, self.format, label=self.label, suggest_format=not self.named,
+                              detected=self.detected)
+
+    def load(self, limit: int | None = None) -> list[Question]:
+        return _collect(self.iter_questions(), limit, self.path)
+
+
+_LABEL = re.compile(r"[^\w.+-]+")
+
+
+def label_for(path: Path) -> str:
+    """A dataset name from a file name: ``bamboogle.jsonl.gz`` -> ``bamboogle``."""
+    name = path.name
+    for suffix in (".gz",):
+        if name.lower().endswith(suffix):
+            name = name[: -len(suffix)]
+    stem = name.rsplit(".", 1)[0] if "." in name else name
+    return _LABEL.sub("_", stem).strip("_") or "questions"
+
+
+def _looks_like_path(spec: str) -> bool:
+    return os.sep in spec or "/" in spec or bool(re.search(r"\.(json|jsonl|ndjson|csv|tsv)(\.gz)?$", spec.lower()))
+
+
+def _is_name(spec: str) -> bool:
+    text = spec.strip()
+    return "=" not in text and not _looks_like_path(text) and is_dataset_name(text)
+
+
+def resolve_source(spec: str, *, fmt: str | None = None, data_dir: Path | str | None = None) -> DatasetSource:
+    """A source from what a user typed: a benchmark name, a file path, or ``NAME=PATH``.
+
+    A file's format is ``fmt`` when given, else detected from its first record (which is read now,
+    so a file that cannot be read fails before anything else starts)."""
+    text = spec.strip()
+    label, sep, rest = text.partition("=")
+    if sep and label.strip() and rest.strip():
+        label, target = label.strip(), rest.strip()
+    else:
+        label, target = "", text
+    if not target:
+        raise DatasetError("an empty dataset was given", where=option("dataset"),
+                           fix=f"give a dataset name ({', '.join(DATASETS)}) or the path of a question file")
+    if not label and not _looks_like_path(target) and is_dataset_name(target):
+        key = canonical_name(target)
+        file = default_path(key, Path(data_dir) if data_dir else None)
+        if not file.is_file():
+            raise _missing_default(key, file)
+        return DatasetSource(label=key, path=file, format=key, named=True)
+    path = Path(target).expanduser()
+    if not path.is_file():
+        if not label and not _looks_like_path(target):
+            raise DatasetError(f"'{target}' is neither a dataset name nor a file",
+                               where=option("dataset"),
+                               fix=f"use one of {', '.join(DATASETS)}, or the path of a question file "
+                                   "(.json, .jsonl, .csv or .tsv)")
+        what = "a folder" if path.is_dir() else "not found"
+        raise DatasetError(f"question file {what}: {path}", where=option("dataset"),
+                           fix="check the path (a question file is .json, .jsonl, .csv or .tsv, optionally .gz)")
+    shape, detected = sniff_format(path, fmt)
+    return DatasetSource(label=label or label_for(path), path=path.resolve(), format=shape, detected=detected)
+
+
+def resolve_sources(specs: Iterable[str], *, fmt: str | None = None,
+                    data_dir: Path | str | None = None) -> list[DatasetSource]:
+    """Several sources; ``fmt`` applies to every one given as a file. Two sources may not share a name."""
+    specs = list(specs)
+    if fmt:
+        check_format(fmt)
+        if specs and all(_is_name(s) for s in specs):
+            name = option("dataset_format") or "the format"
+            raise DatasetError(f"{name} applies to question files, and only benchmark names were given "
+                               f"({', '.join(specs)})", fix=f"leave {name} out, or give a file path")
+    sources: list[DatasetSource] = []
+    for spec in specs:
+        source = resolve_source(spec, fmt=fmt, data_dir=data_dir)
+        clash = next((s for s in sources if s.label == source.label), None)
+        if clash is not None:
+            if clash.path == source.path:
+                continue
+            name = option("dataset")
+            raise DatasetError(f"two question sources are both named '{source.label}' ({clash.path} and "
+                               f"{source.path})",
+                               fix="name them apart, e.g. " + (f"{name} " if name else "")
+                                   + f"{source.label}_a={clash.path},{source.label}_b={source.path}")
+        sources.append(source)
+    return sources
+
+
+def load_source(source: DatasetSource, limit: int | None = None) -> list[Question]:
+    """The first ``limit`` questions of a source (all when None)."""
+    return source.load(limit)

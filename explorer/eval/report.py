@@ -166,9 +166,7 @@ def _settings_lines(evaluation: dict[str, Any]) -> list[str]:
              f"seed: {s.get('seed')}"]
     datasets = s.get("datasets") or {}
     if datasets:
-        lines.append("- questions: " + ", ".join(
-            f"{dataset_title(d)} first {v.get('limit') if v.get('limit') is not None else 'all'}"
-            for d, v in datasets.items()))
+        lines.append("- questions: " + "; ".join(_dataset_text(d, v or {}) for d, v in datasets.items()))
     arms = s.get("arms") or []
     if arms:
         described = []
@@ -181,6 +179,25 @@ def _settings_lines(evaluation: dict[str, Any]) -> list[str]:
         sw = s["sweep"]
         lines.append(f"- sweep: {sw.get('method')} {sw.get('param')} over {sw.get('values')}")
     return lines
+
+
+def _dataset_text(name: str, info: dict[str, Any]) -> str:
+    """``HotpotQA: first 30 of /data/dev.json (HotpotQA format)``: the dataset's name, its file and how it was read."""
+    from explorer.eval.question_formats import FORMAT_TITLES
+
+    count = f"first {info['limit']}" if info.get("limit") is not None else "all"
+    if not info.get("file"):
+        return f"{dataset_title(name)} {count}"
+    fmt = FORMAT_TITLES.get(info.get("format"), info.get("format"))
+    how = f"{fmt} format" + (", detected" if info.get("format_detected") else "")
+    return f"{dataset_title(name)}: {count} of {info['file']} ({how})"
+
+
+def sources_line(store: Any, name: str) -> str:
+    """One line naming every dataset of an evaluation and its file (what ``eval`` prints above its tables)."""
+    evaluation = store.evaluation(name) or {}
+    datasets = (evaluation.get("settings") or {}).get("datasets") or {}
+    return "Questions: " + "; ".join(_dataset_text(d, v or {}) for d, v in datasets.items()) if datasets else ""
 
 
 def _non_default(method: str, config: dict[str, Any], given: dict[str, Any] | None = None) -> str:
@@ -226,7 +243,9 @@ def summary_markdown(store: Any, name: str) -> str:
     scores = score_evaluation(store, name)
     if not scores.runs:
         return f"evaluation {name!r} has no runs"
-    return "\n\n".join(table_markdown(t) for t in (answer_table(scores), cost_table(scores)))
+    head = sources_line(store, name)
+    return "\n\n".join(([head] if head else []) + [table_markdown(t) for t in (answer_table(scores),
+                                                                                 cost_table(scores))])
 
 
 def summary_csv(scores: EvaluationScores) -> str:

@@ -1,8 +1,10 @@
-"""Retrieval quality of BM25, DR-RAG's strategies and BlendFilter's union on HotpotQA and MuSiQue dev.
+"""Retrieval quality of BM25, DR-RAG's strategies and BlendFilter's union on question sets with gold paragraphs.
 
-The two question sets' paragraphs (10 per HotpotQA question, 20 per MuSiQue question) are pooled
-into one corpus with the benchmark corpus's own readers and ids, so every question's gold
-paragraphs are in it among ~3,000 look-alikes. Then, per question:
+By default HotpotQA and MuSiQue dev; any question files whose records carry their paragraphs
+(HotpotQA, 2Wiki, MuSiQue, NQ formats) can be given instead (``sources``). The question sets'
+paragraphs (10 per HotpotQA question, 20 per MuSiQue question) are pooled into one corpus with
+the benchmark corpus's own readers and ids (:mod:`explorer.retrieval.pool`), so every question's
+gold paragraphs are in it among thousands of look-alikes. Then, per question:
 
 * BM25: the top k passages for the question;
 * DR-RAG's QDC, CIS and CFS at k (k1 = ceil(k / 2), as the paper's k/2): the passages of the
@@ -30,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from explorer.errors import DatasetError
-from explorer.eval.datasets import load_dataset
+from explorer.eval.datasets import DatasetSource, resolve_sources
 from explorer.eval.metrics import answer_scores, document_of, passage_recall
 from explorer.methods.base import Runtime, make_config, run_question
 from explorer.retrieval.base import Retriever
@@ -92,31 +94,54 @@ def exact_paragraphs(gold: Sequence[str], kept: Sequence[str]) -> float:
     return float({document_of(p) for p in kept} == {document_of(g) for g in gold})
 
 
-def pooled_corpus(data_dir: Path, progress: Progress | None = None) -> Retriever:
-    """BM25 over the HotpotQA dev (distractor) and MuSiQue dev paragraphs, cut and named as in the benchmark corpus."""
-    from explorer.retrieval.benchmark import pooled_documents
+def default_sources(data_dir: Path) -> list[DatasetSource]:
+    """HotpotQA dev (distractor) and MuSiQue dev from the benchmark data folder."""
+    return resolve_sources(DATASETS, data_dir=data_dir)
+
+
+def pooled_corpus(data_dir: Path, progress: Progress | None = None,
+                  sources: Sequence[DatasetSource] | None = None) -> Retriever:
+    """BM25 over the paragraphs of the question sets (default: HotpotQA and MuSiQue dev), cut and named as in the
+    benchmark corpus."""
     from explorer.retrieval.bm25 import BM25Retriever
     from explorer.retrieval.corpora import collect_documents, corpus_from_documents
+    from explorer.retrieval.pool import question_paragraphs
 
-    docs = collect_documents(pooled_documents(data_dir, only=DATASETS))
-    corpus = corpus_from_documents("hotpotqa+musique-dev", docs, source=data_dir / "hotpotqa+musique", fmt="passages")
+    sources = list(sources) if sources is not None else default_sources(data_dir)
+    docs = collect_documents(doc for source in sources for doc in question_paragraphs(source))
+    labels = "+".join(s.label for s in sources)
+    name = f"{labels}-dev" if all(s.named for s in sources) else labels
+    if not docs:
+        files = ", ".join(str(s.path) for s in sources)
+        raise DatasetError(f"the question files hold no paragraphs to search ({files})",
+                           fix="retrieval metrics need question files whose records carry their paragraphs "
+                               "(HotpotQA / 2Wiki context, MuSiQue paragraphs, NQ ctxs)")
+    corpus = corpus_from_documents(name, docs, source=data_dir / labels, fmt="passages")
     if progress:
         progress(f"pooled corpus: {corpus.documents:,} paragraphs -> {len(corpus):,} passages")
     return BM25Retriever(corpus, progress=progress)
 
 
-def load_items(data_dir: Path, retriever: Retriever, limit: int | None = None) -> list[Item]:
-    """The questions of both sets (``limit`` per set) with gold ids, each checked to be in the corpus."""
+def load_items(data_dir: Path, retriever: Retriever, limit: int | None = None,
+               sources: Sequence[DatasetSource] | None = None) -> list[Item]:
+    """The questions of every set (``limit`` per set) with gold ids, each checked to be in the corpus."""
     items = []
-    for name in DATASETS:
-        for q in load_dataset(name, data_dir=data_dir, limit=limit):
+    for source in (list(sources) if sources is not None else default_sources(data_dir)):
+        found = 0
+        for q in source.load(limit):
             if not q.gold_passages:
                 continue
             missing = [g for g in q.gold_passages if retriever.passage(g) is None]  # type: ignore[attr-defined]
             if missing:
                 raise DatasetError(f"gold passage {missing[0]} of question {q.id} is not in the pooled corpus",
-                                   where=name, fix="the data files do not match each other; restore them")
-            items.append(Item(name, q.id, q.question, tuple(q.gold_passages), tuple(q.answers)))
+                                   where=str(source.path), fix="the data files do not match each other; restore them")
+            items.append(Item(source.label, q.id, q.question, tuple(q.gold_passages), tuple(q.answers)))
+            found += 1
+        if not found:
+            raise DatasetError(f"no question of {source.path} names its gold paragraphs "
+                               f"(read as {source.title})",
+                               fix="retrieval metrics need gold paragraphs: HotpotQA / 2Wiki supporting_facts, "
+                                   "MuSiQue is_supporting or NQ isgold")
     return items
 
 
@@ -164,17 +189,30 @@ class Report:
     skipped: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
     command: str = ""
+    # label -> {"title", "file", "format"} of every question set, in table order
+    sources: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    @property
+    def order(self) -> list[str]:
+        return list(self.sources) or [d for d in DATASETS if d in self.counts]
+
+    def title(self, dataset: str) -> str:
+        return self.sources.get(dataset, {}).get("title") or DATASET_TITLES.get(dataset, dataset)
 
 
 def measure(data_dir: Path, *, methods: Sequence[str] = METHODS, ks: Sequence[int] = (3, 4, 6), k2: int = 5,
             limit: int | None = None, blend_limit: int | None = None, blend_k: int = 5, model: str = "embedded",
-            classifier_path: str = "", progress: Progress | None = None) -> Report:
+            classifier_path: str = "", progress: Progress | None = None,
+            sources: Sequence[DatasetSource] | None = None) -> Report:
     say = progress or (lambda _m: None)
-    retriever = pooled_corpus(data_dir, say)
-    items = load_items(data_dir, retriever, limit)
+    sources = list(sources) if sources is not None else default_sources(data_dir)
+    retriever = pooled_corpus(data_dir, say, sources)
+    items = load_items(data_dir, retriever, limit, sources)
     describe = retriever.describe()  # type: ignore[attr-defined]
     report = Report(corpus={"paragraphs": describe["documents"], "passages": describe["passages"]}, ks=tuple(ks),
-                    k2=k2, counts=dict(Counter(i.dataset for i in items)), blend_k=blend_k)
+                    k2=k2, counts=dict(Counter(i.dataset for i in items)), blend_k=blend_k,
+                    sources={s.label: {"title": DATASET_TITLES.get(s.label, s.label) if s.named else s.label,
+                                       "file": str(s.path), "format": s.format} for s in sources})
     wanted = [m for m in STRATEGIES if m in methods]
     heldout: set[str] = set()
     if any(m in ("cis", "cfs") for m in wanted):
@@ -211,7 +249,7 @@ def measure(data_dir: Path, *, methods: Sequence[str] = METHODS, ks: Sequence[in
         say(f"{method}: {report.seconds[method]:.1f} s for {len(items)} questions x k in {list(ks)}")
     if "blendfilter" in methods:
         _blendfilter(report, data_dir, retriever, items, blend_limit if blend_limit is not None else limit, blend_k,
-                     model, say)
+                     model, say, order=report.order)
     return report
 
 
@@ -233,13 +271,13 @@ def _encode_all(encoder: Any, retriever: Retriever, items: list[Item], say: Prog
 
 
 def _blendfilter(report: Report, data_dir: Path, retriever: Retriever, items: list[Item], limit: int | None, k: int,
-                 model: str, say: Progress) -> None:
+                 model: str, say: Progress, order: Sequence[str] = DATASETS) -> None:
     from explorer.runtime import open_engine
 
     engine = open_engine(model, progress=say)
     report.model = engine.fingerprint()
     runtime = Runtime(engine=engine, retriever=retriever, corpus=retriever.describe())  # type: ignore[attr-defined]
-    chosen = [i for name in DATASETS for i in [x for x in items if x.dataset == name][:limit]]
+    chosen = [i for name in order for i in [x for x in items if x.dataset == name][:limit]]
     started = time.perf_counter()
     for n, item in enumerate(chosen, start=1):
         trace = run_question("blendfilter", item.question, runtime, config={"top_k": k},
@@ -278,8 +316,10 @@ def render_markdown(report: Report) -> str:
     lines = ["# Retrieval metrics: BM25, DR-RAG (QDC, CIS, CFS) and BlendFilter", ""]
     if report.command:
         lines += [f"Made by `{report.command}` ({time.strftime('%Y-%m-%d')}).", ""]
-    counts = ", ".join(f"{DATASET_TITLES[d]} {n}" for d, n in report.counts.items())
-    lines += [f"Corpus: the paragraphs of HotpotQA dev (distractor setting) and MuSiQue dev pooled, "
+    counts = ", ".join(f"{report.title(d)} {n}" for d, n in report.counts.items())
+    pooled = (" and ".join(f"{report.title(d)} ({info['file']})" for d, info in report.sources.items())
+              if report.sources else "HotpotQA dev (distractor setting) and MuSiQue dev")
+    lines += [f"Corpus: the paragraphs of {pooled} pooled, "
               f"{report.corpus['paragraphs']:,} paragraphs cut into {report.corpus['passages']:,} passages of at most "
               f"100 words; BM25 (Lucene variant, k1 = 1.2, b = 0.75). Questions: {counts}.", "",
               "Recall: share of a question's gold paragraphs among the passages kept (a paragraph counts when any "
@@ -293,8 +333,8 @@ def render_markdown(report: Report) -> str:
                   "see classifier.md). *Pairs*: classifier calls per question.", ""]
     methods = [m for m in STRATEGIES if any(key[0] == m for key in report.rows)]
     if methods:
-        datasets = [d for d in DATASETS if d in report.counts]
-        head = "| k | strategy | " + " | ".join(f"{DATASET_TITLES[d]} recall | kept | pairs" for d in datasets) + " |"
+        datasets = [d for d in report.order if d in report.counts]
+        head = "| k | strategy | " + " | ".join(f"{report.title(d)} recall | kept | pairs" for d in datasets) + " |"
         lines += ["## DR-RAG retrieval strategies (the paper's table 4)", "", head,
                   "|" + "---|" * (2 + 3 * len(datasets))]
         for k in report.ks:
@@ -307,12 +347,12 @@ def render_markdown(report: Report) -> str:
                 lines.append(f"| {k} | {STRATEGY_TITLES[m]} | " + " | ".join(cells) + " |")
         lines.append("")
     if report.heldout_rows:
-        counts = ", ".join(f"{DATASET_TITLES[d]} {n}" for d, n in report.heldout_counts.items())
-        datasets = [d for d in DATASETS if d in report.heldout_counts]
+        counts = ", ".join(f"{report.title(d)} {n}" for d, n in report.heldout_counts.items())
+        datasets = [d for d in report.order if d in report.heldout_counts]
         lines += ["### The same on the classifier's held-out questions only", "",
                   "The pair classifier was trained on 80% of these same questions (split by question), so the table "
                   f"above flatters CIS and CFS. Here only the questions it never saw ({counts}):", "",
-                  "| k | strategy | " + " | ".join(f"{DATASET_TITLES[d]} recall | kept" for d in datasets) + " |",
+                  "| k | strategy | " + " | ".join(f"{report.title(d)} recall | kept" for d in datasets) + " |",
                   "|" + "---|" * (2 + 2 * len(datasets))]
         for k in report.ks:
             for m in methods:
@@ -324,19 +364,19 @@ def render_markdown(report: Report) -> str:
         lines.append("")
     if report.blend:
         model = (report.model or {}).get("name", "?")
-        counts = ", ".join(f"{DATASET_TITLES[d]} {n}" for d, n in report.blend_counts.items())
+        counts = ", ".join(f"{report.title(d)} {n}" for d, n in report.blend_counts.items())
         lines += ["## BlendFilter: the union of the three query sets before and after the model's filter", "",
                   f"Model: {model} (the embedded model unless stated). K = {report.blend_k} passages per query. "
                   f"Questions: {counts} (the first of each set). Precision counts an empty selection as 0; "
                   "S-Precision: share of questions whose kept paragraphs are exactly the gold ones.", "",
                   "| dataset | union | recall | precision | S-Precision | kept |", "|---|---|---|---|---|---|"]
-        for d in DATASETS:
+        for d in report.order:
             for stage in ("before", "after"):
                 row = report.blend.get((stage, d))
                 if row is None:
                     continue
                 label = "before filtering" if stage == "before" else "after filtering"
-                lines.append(f"| {DATASET_TITLES[d]} | {label} | {_pct(row.mean('recall'))} | "
+                lines.append(f"| {report.title(d)} | {label} | {_pct(row.mean('recall'))} | "
                              f"{_pct(row.mean('precision'))} | {_pct(row.mean('exact'))} | {_num(row.mean('kept'))} |")
         after = [r for (stage, _), r in report.blend.items() if stage == "after"]
         pooled = {key: statistics.fmean(v for r in after for v in r.extra.get(key, [])) for key in

@@ -20,7 +20,12 @@ What makes long evaluations safe on a shared machine:
 - a rerun under the same name skips every (dataset, question, method, variant, config) already
   stored as complete, so it resumes, and it may add datasets, methods or questions;
 - each run is seeded from the evaluation seed and the run's own key, so a run's result does not
-  depend on which runs came before it: a resumed evaluation equals an uninterrupted one.
+  depend on which runs came before it: a resumed evaluation equals an uninterrupted one;
+- each dataset is recorded with its file, format and a content fingerprint, and a resume that
+  would read other questions under the same name (another file, an edited file, another format,
+  a missing ``--data``) is refused instead of mixing two question sets in one table;
+- one live process per evaluation name (:mod:`explorer.eval.lock`): a second is refused with
+  the holder's pid; the lock of a crashed process is detected and cleared.
 
 Configs: an arm keeps the values the user set; everything else comes from the method's defaults
 and the model's preset (:mod:`explorer.methods.presets`), exactly as ``run_question`` resolves
@@ -40,7 +45,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from explorer.errors import ConfigError, ExplorerError
-from explorer.eval.datasets import Question, canonical_name, load_dataset
+from explorer.eval.datasets import Question, resolve_sources
+from explorer.eval.lock import EvaluationLock
 from explorer.methods.base import Runtime, get_method, run_question
 from explorer.methods.resolve import resolve_config
 from explorer.trace import Trace
@@ -78,7 +84,7 @@ class EvalSettings:
     """Everything that defines an evaluation's runs; stored with it and checked when it is resumed."""
 
     name: str
-    datasets: list[str]
+    datasets: list[str]  # benchmark names, question files, or NAME=PATH (explorer.eval.datasets.resolve_source)
     arms: list[Arm]
     limit: int | None = None
     model: str = "embedded"
@@ -89,6 +95,7 @@ class EvalSettings:
     data_dir: str | None = None
     sweep: dict[str, Any] | None = None
     batch_size: int = 8
+    dataset_format: str | None = None  # the format of every dataset given as a file (None: detected)
 
     def identity(self) -> dict[str, Any]:
         """What must not change between a run and its resume (runs made otherwise would not be comparable)."""
@@ -98,7 +105,7 @@ class EvalSettings:
     def to_dict(self) -> dict[str, Any]:
         return {**self.identity(), "datasets": {d: {"limit": self.limit} for d in self.datasets},
                 "arms": [{"method": a.method, "variant": a.variant, "set": a.given} for a in self.arms],
-                "sweep": self.sweep, "data_dir": self.data_dir}
+                "sweep": self.sweep, "data_dir": self.data_dir, "dataset_format": self.dataset_format}
 
 
 # --- parsing what users type ----------------------------------------------------------------------
@@ -197,8 +204,35 @@ def _check_identity(stored: dict[str, Any], settings: EvalSettings) -> None:
                                 fix="use the settings the evaluation was started with, or a new --name")
 
 
+def _check_sources(stored: dict[str, Any], settings: EvalSettings, described: dict[str, dict[str, Any]]) -> None:
+    """Refuse a resume that would read other questions under a dataset name the evaluation already has."""
+    from explorer.eval.question_formats import FORMAT_TITLES
+    from explorer.options import option, usage
+
+    for label, now in described.items():
+        before = (stored.get("datasets") or {}).get(label) or {}
+        if not before.get("fingerprint") or before["fingerprint"] == now["fingerprint"]:
+            continue  # same questions (or an evaluation from before fingerprints were kept)
+        old_format, new_format = (FORMAT_TITLES.get(x.get("format"), x.get("format")) for x in (before, now))
+        if before.get("file") == now["file"] and before.get("format") == now["format"]:
+            change = f"{now['file']} has changed since the evaluation began"
+        elif before.get("file") == now["file"]:
+            change = f"it read {now['file']} as {old_format}, this run reads it as {new_format}"
+        else:
+            change = f"it read {before.get('file')} ({old_format}), this run reads {now['file']} ({new_format})"
+        fixes = []
+        same = usage("dataset", f"{label}={before.get('file')}")
+        if same and before.get("file") != now["file"]:
+            fixes.append(f"rerun with the same questions: {same}")
+        elif before.get("file") == now["file"] and before.get("format") != now["format"] and option("dataset_format"):
+            fixes.append(f"rerun with {option('dataset_format')} {before.get('format')}")
+        fixes.append(f"start a new evaluation with {usage('name', 'NEW_NAME') or 'another name'}")
+        raise ExplorerError(f"evaluation {settings.name!r} holds other {label!r} questions: {change}",
+                            fix="; or ".join(fixes))
+
+
 def _merge(stored: dict[str, Any] | None, settings: EvalSettings, resolved: dict[Arm, dict[str, Any]],
-           model_name: str) -> dict[str, Any]:
+           model_name: str, described: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """The evaluation's settings after this run: old and new arms and datasets together.
 
     Refuses an arm whose resolved config differs from the one the evaluation already ran for the
@@ -206,9 +240,12 @@ def _merge(stored: dict[str, Any] | None, settings: EvalSettings, resolved: dict
     """
     new_arms = [{"method": a.method, "variant": a.variant, "set": a.given, "config": resolved[a]}
                 for a in settings.arms]
+    described = described or {}
     if stored is None:
         merged = settings.to_dict()
         merged.update(arms=new_arms, model_name=model_name)
+        for d, info in described.items():
+            merged["datasets"][d] = {**merged["datasets"].get(d, {}), **info}
         return merged
     swept = (stored.get("sweep") or {}).get("param")
     old_arms = list(stored.get("arms") or [])
@@ -234,7 +271,7 @@ def _merge(stored: dict[str, Any] | None, settings: EvalSettings, resolved: dict
     for d in settings.datasets:
         old_limit = (datasets.get(d) or {}).get("limit", 0)
         limit = None if settings.limit is None or old_limit is None else max(old_limit, settings.limit)
-        datasets[d] = {"limit": limit}
+        datasets[d] = {**(datasets.get(d) or {}), **described.get(d, {}), "limit": limit}
     merged["datasets"] = datasets
     sweep = stored.get("sweep") or settings.sweep
     if stored.get("sweep") and settings.sweep and stored["sweep"].get("param") == settings.sweep.get("param"):
@@ -325,18 +362,31 @@ def run_evaluation(settings: EvalSettings, store: Any, *, runtime: Runtime | Non
     ``runtime`` defaults to :func:`explorer.runtime.open_runtime` of the settings' model and
     corpus (opened once, and only when something is left to run). ``on_run`` is called after
     each run with its trace (after it is queued for writing); an exception from it interrupts
-    the evaluation exactly as Ctrl-C does.
+    the evaluation exactly as Ctrl-C does. While it runs, the evaluation's lock is held: another
+    process asking for the same name is refused.
     """
     say = progress or (lambda m: print(m, file=sys.stderr, flush=True))
     if not settings.arms:
         raise ConfigError("no methods to run", where="--methods", fix="give one or more methods")
-    settings.datasets = list(dict.fromkeys(canonical_name(d) for d in settings.datasets))
-    questions: dict[str, list[Question]] = {
-        d: load_dataset(d, limit=settings.limit, data_dir=settings.data_dir) for d in settings.datasets}
+    with EvaluationLock(store.path, settings.name) as lock:
+        note = lock.stale_note()
+        if note:
+            say(note)
+        return _run_evaluation(settings, store, runtime=runtime, on_run=on_run, show_progress=show_progress, say=say)
+
+
+def _run_evaluation(settings: EvalSettings, store: Any, *, runtime: Runtime | None,
+                    on_run: Callable[[Trace], None] | None, show_progress: bool,
+                    say: Callable[[str], None]) -> EvalResult:
+    sources = resolve_sources(settings.datasets, fmt=settings.dataset_format, data_dir=settings.data_dir)
+    settings.datasets = [s.label for s in sources]
+    questions: dict[str, list[Question]] = {s.label: s.load(settings.limit) for s in sources}
+    described = {s.label: s.describe() for s in sources}
     existing = store.evaluation(settings.name)
     stored = existing["settings"] if existing else None
     if stored is not None:
         _check_identity(stored, settings)
+        _check_sources(stored, settings, described)
 
     def open_rt() -> Runtime:
         from explorer.runtime import open_runtime
@@ -352,7 +402,7 @@ def run_evaluation(settings: EvalSettings, store: Any, *, runtime: Runtime | Non
     if runtime is not None:
         model_name = _model_name(runtime, (stored or {}).get("model_name"), settings)
     resolved = {arm: arm.resolve(model_name) for arm in settings.arms}
-    stored_settings = _merge(stored, settings, resolved, model_name)
+    stored_settings = _merge(stored, settings, resolved, model_name, described)
     store.start_evaluation(settings.name, stored_settings)
     store.update_evaluation(settings.name, settings=stored_settings, status="running")
     store.discard_incomplete(settings.name)

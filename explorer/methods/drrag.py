@@ -9,11 +9,15 @@
    ``cis`` takes the QDC passages and drops those whose every pair the classifier rejects.
 4. One generation answers from the chosen passages.
 
-The classifier is :class:`~explorer.retrieval.pair_classifier.PairClassifier` trained by
-``python -m explorer train-classifier``. Without trained weights the model itself is asked, per
-pair, whether the two passages together answer the question (the ``classifier`` events then say
-``judge: "llm"``); that costs an LLM call per pair, which is exactly what DR-RAG's small classifier
-exists to avoid, so the trace says so in a note.
+The classifier is :class:`~explorer.retrieval.pair_classifier.PairClassifier`: the one shipped
+with the explorer (``explorer/data/pair_classifier``), or one retrained by ``python -m explorer
+train-classifier`` into the cache (which then takes precedence), or a folder named in
+``classifier_path``. The ``selection`` event says which judge decided (``judge``) and, for the
+classifier, which one (``judge_source``: origin, path, family, threshold, held-out F1). With
+``judge=llm``, or when no usable classifier is found under ``judge=auto``, the model itself is asked,
+per pair, whether the two passages together answer the question (the ``classifier`` events then
+say ``judge: "llm"``); that costs an LLM call per pair, which is exactly what DR-RAG's small
+classifier exists to avoid, so the trace says so in a note.
 
 Trace: stage-1 ``query``/``retrieval`` (``stage: 1``); per stage-1 passage a ``query`` with
 ``source: "qdc"`` and ``anchor`` and its ``retrieval`` with ``stage: 2`` and ``candidates``; one
@@ -65,8 +69,9 @@ class DrRagConfig(common.BaseConfig):
     k2: int = param(5, lo=1, hi=50, help="stage 2: candidates retrieved for each question + passage query")
     judge: str = param("auto", choices=JUDGES,
                        help="who judges pairs: the trained classifier, the model itself (one LLM call per pair), "
-                            "or auto (the classifier when trained, else the model)")
-    classifier_path: str = param("", ui=False, help="a trained classifier file (empty: the one in the cache)")
+                            "or auto (the classifier when one can be loaded, else the model)")
+    classifier_path: str = param("", ui=False, help="a trained classifier folder (empty: the one retrained into the "
+                                                    "cache, else the one shipped with the explorer)")
     threshold: float | None = param(None, lo=0.0, hi=1.0,
                                     help="accept a pair at this probability (empty: the classifier's own "
                                          "threshold; 0.5 for the model as judge)")
@@ -86,19 +91,22 @@ _classifier_lock = threading.Lock()
 
 
 def load_classifier(path: str | Path | None = None) -> tuple[Any | None, Path]:
-    """The trained pair classifier (loaded once per file version) and where it was looked for."""
-    from explorer.retrieval.pair_classifier import PairClassifier
+    """The pair classifier (loaded once per file version) and where it was looked for.
 
-    source = Path(path).expanduser() if path else PairClassifier.default_path()
+    Without ``path``: the one retrained into the cache, else the one shipped with the explorer."""
+    from explorer.retrieval.pair_classifier import MANIFEST, PairClassifier
+
+    source = Path(path).expanduser() if path else PairClassifier.default_source()[0]
+    manifest = source / MANIFEST if source.is_dir() else source
     try:
-        stat = source.stat()
+        stat = manifest.stat()
     except OSError:
         return None, source
-    key = (str(source.resolve()), stat.st_size, stat.st_mtime_ns)
+    key = (str(manifest.resolve()), stat.st_size, stat.st_mtime_ns)
     with _classifier_lock:
         model = _classifiers.get(key)
         if model is None:
-            model = PairClassifier.load(source)
+            model = PairClassifier.load(source if path else None)
             _classifiers[key] = model
     return model, source
 
@@ -135,6 +143,7 @@ class DrRag(Method):
     name = "drrag"
     title = "DR-RAG (two-stage retrieval + pair classifier)"
     Config = DrRagConfig
+    _judge_source: dict[str, Any] | None = None  # which judge decided, for the selection event
 
     def run(self, question: str, rec: TraceRecorder) -> None:
         cfg = self.config
@@ -184,6 +193,7 @@ class DrRag(Method):
             rec.add("note", message=note, level="info")
         event = rec.add("selection", passage_ids=sel.ids, reason=_reason(sel), strategy=sel.strategy,
                         passages=[p.to_dict() for p in sel.picks], dropped=sel.dropped, judge=judge,
+                        judge_source=self._judge_source if judge is not None else None,
                         pairs_judged=len(sel.verdicts), llm_judge_calls=judge_calls,
                         stage1=[h.passage.id for h in stage1],
                         stage2={h.passage.id: [c.passage.id for c in pool] for h, pool in zip(stage1, candidates,
@@ -192,18 +202,31 @@ class DrRag(Method):
 
     def _scorer(self, question: str, rec: TraceRecorder) -> tuple[Scorer, str]:
         """The pair scorer for this run (classifier or LLM judge), recording a ``classifier`` event per call."""
+        from explorer.retrieval.pair_classifier import StaleClassifier
+
         cfg = self.config
-        model, where = (None, None)
+        model, where, unusable = None, None, None
         if cfg.judge != "llm":
-            model, where = load_classifier(cfg.classifier_path or None)
+            try:
+                model, where = load_classifier(cfg.classifier_path or None)
+            except StaleClassifier as exc:  # trained on other features: under auto, the model judges instead
+                if cfg.judge == "classifier":
+                    raise
+                unusable = exc.message
         if model is None and cfg.judge == "classifier":
             raise ModelError(f"no trained pair classifier at {where}", where="DrRagConfig.judge",
-                             fix="train one with: python -m explorer train-classifier (or set judge=auto or llm)")
+                             fix="train one with: python -m explorer train-classifier --out FOLDER, or leave "
+                                 "classifier_path empty for the shipped one (or set judge=auto or llm)")
         strategy = cfg.selection
         if model is not None:
             threshold = model.threshold if cfg.threshold is None else cfg.threshold
-            rec.add("note", level="info", message=f"pairs are judged by the trained classifier at {where} "
-                                                  f"(threshold {threshold:.2f})")
+            info = model.describe()
+            self._judge_source = {**info, "threshold": threshold}
+            origin = {"shipped": "the classifier shipped with the explorer", "cache": "the classifier retrained into "
+                      "the cache", "file": "the classifier"}.get(info["origin"], "the classifier")
+            f1 = f", held-out F1 {info['held_out_f1']:.3f}" if isinstance(info.get("held_out_f1"), float) else ""
+            rec.add("note", level="info", message=f"pairs are judged by {origin} at {where} ({info['family']}, "
+                                                  f"threshold {threshold:.2f}{f1})")
 
             def classify(a: Passage, b: Passage) -> tuple[float, bool]:
                 start = time.perf_counter()
@@ -218,7 +241,9 @@ class DrRag(Method):
             return classify, "classifier"
 
         threshold = 0.5 if cfg.threshold is None else cfg.threshold
+        self._judge_source = {"origin": "model", "threshold": threshold}
         reason = ("judge=llm was chosen" if cfg.judge == "llm" else
+                  f"the pair classifier cannot be used ({unusable})" if unusable else
                   f"no trained pair classifier was found at {where} (train one with: python -m explorer "
                   "train-classifier)")
         rec.add("note", level="warning", message=f"{reason}; the model itself judges each pair, one LLM call per pair")

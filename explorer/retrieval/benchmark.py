@@ -82,9 +82,14 @@ def benchmark_files() -> BenchmarkFiles:
 
 
 def _missing_data(data_dir: Path) -> CorpusError:
-    return CorpusError(f"the benchmark data folder {data_dir} is missing", fix=(
-        "place the benchmark data at ../shared/data beside the project, set EXPLORER_DATA, or pass --data DIR; "
-        "without it, use the corpus 'demo'"))
+    from explorer.options import usage
+
+    ways = ["place the benchmark data at ../shared/data beside the project", "set EXPLORER_DATA"]
+    if usage("benchmark_data", "DIR"):
+        ways.append(f"pass {usage('benchmark_data', 'DIR')}")
+    return CorpusError(f"the benchmark data folder {data_dir} is missing",
+                       fix=", ".join(ways) + "; without it, use the corpus 'demo', or pool your own files with "
+                                             "`python -m explorer corpus build`")
 
 
 def pooled_documents(data_dir: Path, *, show_progress: bool = False,

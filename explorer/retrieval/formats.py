@@ -14,6 +14,9 @@ hotpotqa    questions with ``context`` = [[title, [sentences]]] (HotpotQA, and 2
 musique     questions with ``paragraphs`` = [{title, paragraph_text, is_supporting}]
 nq          questions with ``ctxs`` = [{title, text}] (NQ-open oracle / DPR retriever output)
 txt         a folder of ``.txt`` files (title = file name without extension), or one such file
+title-      one JSON object mapping each title to its sentences, ``{title: [sentence, ...]}``
+sentences   (the layout HippoRAG and others ship corpora in)
+title-text  one JSON object mapping each title to its text, ``{title: text}``
 ==========  =====================================================================================
 
 Paragraphs taken from questions have no id of their own; they get the content id of
@@ -34,14 +37,24 @@ from pathlib import Path
 from typing import Any
 
 from explorer.errors import CorpusError, json_problem
+from explorer.options import option
 from explorer.retrieval.splitter import Document, join_sentences, paragraph_document
 
-FORMATS = ("dpr", "passages", "hotpotqa", "2wiki", "musique", "nq", "txt")
+FORMATS = ("dpr", "passages", "hotpotqa", "2wiki", "musique", "nq", "txt", "title-sentences", "title-text")
 QUESTION_FORMATS = ("hotpotqa", "2wiki", "musique", "nq")
-_FORMAT_FIX = f"pass one of {', '.join(FORMATS)} as the format (--format / fmt=)"
-# Detection failed on a record: the fix must hold for run, eval and the app too, which take no --format.
+# Detection failed on a record: say what a record needs, and how to name a layout where that is possible.
 _SHAPE_FIX = ("give every record a 'text' (and optionally 'id' and 'title'), or use a known layout: HotpotQA/2Wiki "
               "'context', MuSiQue 'paragraphs', NQ 'ctxs' (`python -m explorer corpus info FILE` checks a file)")
+TITLE_MAPS = ("title-sentences", "title-text")
+
+
+def _format_fix() -> str:
+    """How to name a corpus format where the error is shown (an option, or the convert command)."""
+    name = option("corpus_format")
+    if name:
+        return f"name the format with {name} (one of {', '.join(FORMATS)})"
+    return ("store it in one of the corpus formats (see `python -m explorer corpus info --help`), or convert it: "
+            "python -m explorer corpus convert FILE OUT.jsonl --format FORMAT")
 
 Record = tuple[str, Any]  # (where, parsed JSON value)
 
@@ -114,12 +127,13 @@ def load_json(path: Path) -> Any:
                               fix="check the file is complete JSON (a list of records)") from exc
 
 
-def iter_json_array(path: Path) -> Iterator[Record]:
-    """(``file [item i]``, value) for every element of a top-level JSON list."""
-    data = load_json(path)
+def iter_json_array(path: Path, data: Any = None) -> Iterator[Record]:
+    """(``file [item i]``, value) for every element of a top-level JSON list (``data``: already parsed)."""
+    data = load_json(path) if data is None else data
     if not isinstance(data, list):
         raise CorpusError(f"expected a JSON list of records at the top level, found {type(data).__name__}",
-                          where=str(path), fix="store the records as a JSON array, or as JSON lines (.jsonl)")
+                          where=str(path), fix="store the records as a JSON array, or as JSON lines (.jsonl), or "
+                                               "as one object {title: text} or {title: [sentence, ...]}")
     for index, value in enumerate(data):
         yield f"{path} [item {index}]", value
 
@@ -271,6 +285,36 @@ def shape_of(where: str, record: Any) -> str:
     raise CorpusError(f"expected a JSON object, found {type(record).__name__}", where=where, fix=_SHAPE_FIX)
 
 
+# --- {title: [sentences]} and {title: text} ------------------------------------------------------
+
+_TITLE_MAP_FIX = "map every title to its text (a string) or to its sentences (a list of strings)"
+
+
+def title_map_shape(data: dict, path: Path) -> str:
+    """``title-sentences`` or ``title-text`` from the first entry's value."""
+    for value in data.values():
+        return "title-sentences" if isinstance(value, list) else "title-text"
+    raise CorpusError("the JSON object holds no titles", where=str(path), fix="add at least one title and its text")
+
+
+def iter_title_map(path: Path, data: dict) -> Iterator[Document]:
+    """One paragraph per title; a list of sentences is joined the way HotpotQA's are."""
+    for index, (title, value) in enumerate(data.items()):
+        where = f"{path} [entry {index + 1}, title {title!r:.60}]"
+        if isinstance(value, str):
+            text = value
+        elif isinstance(value, list) and all(isinstance(s, str) for s in value):
+            text = join_sentences(value)
+        elif isinstance(value, list):
+            kinds = ", ".join(sorted({type(s).__name__ for s in value if not isinstance(s, str)}))
+            raise CorpusError(f"the value is a list holding {kinds}, not a list of sentences", where=where,
+                              fix=_TITLE_MAP_FIX + "; records {id, title, text} go in a JSON list at the top level")
+        else:
+            raise CorpusError(f"the value is a {type(value).__name__}, not a text or a list of sentences",
+                              where=where, fix=_TITLE_MAP_FIX)
+        yield paragraph_document(title, text, where)
+
+
 # --- DPR TSV and text files -----------------------------------------------------------------------
 
 _DPR_FIX = "DPR passages are tab-separated with the header 'id<TAB>text<TAB>title'"
@@ -340,7 +384,7 @@ def _check_format(fmt: str) -> str:
                "2wikimultihopqa": "2wiki", "hotpot": "hotpotqa", "folder": "txt", "text": "txt"}
     name = aliases.get(name, name)
     if name not in FORMATS:
-        raise CorpusError(f"unknown corpus format '{fmt}'", where="format", fix=_FORMAT_FIX)
+        raise CorpusError(f"unknown corpus format '{fmt}'", where="format", fix=_format_fix())
     return name
 
 
@@ -356,16 +400,28 @@ def open_documents(path: Path, fmt: str | None = None) -> tuple[str, Iterator[Do
     wanted = _check_format(fmt) if fmt else None
     if container in ("folder", "txt"):
         if wanted not in (None, "txt"):
-            raise CorpusError(f"format '{wanted}' cannot be read from a {container}", where=str(path), fix=_FORMAT_FIX)
+            raise CorpusError(f"format '{wanted}' cannot be read from a {container}", where=str(path),
+                              fix=_format_fix())
         return "txt", iter_txt(path)
     if container == "tsv":
         if wanted not in (None, "dpr"):
-            raise CorpusError(f"format '{wanted}' cannot be read from a .tsv file", where=str(path), fix=_FORMAT_FIX)
+            raise CorpusError(f"format '{wanted}' cannot be read from a .tsv file", where=str(path), fix=_format_fix())
         return "dpr", iter_dpr_tsv(path)
     if wanted in ("dpr", "txt"):
-        raise CorpusError(f"format '{wanted}' cannot be read from a JSON file", where=str(path), fix=_FORMAT_FIX)
-
-    records = iter_records(path, container)
+        raise CorpusError(f"format '{wanted}' cannot be read from a JSON file", where=str(path), fix=_format_fix())
+    if container == "json":
+        data = load_json(path)
+        if isinstance(data, dict):
+            if wanted not in (None, *TITLE_MAPS):
+                raise CorpusError(f"format '{wanted}' is a list of records, and the file holds one JSON object",
+                                  where=str(path), fix=_format_fix())
+            return wanted or title_map_shape(data, path), iter_title_map(path, data)
+        if wanted in TITLE_MAPS:
+            raise CorpusError(f"format '{wanted}' is one JSON object {{title: ...}}, and the file holds a "
+                              f"{type(data).__name__}", where=str(path), fix=_format_fix())
+        records = iter_json_array(path, data)
+    else:
+        records = iter_records(path, container)
     first = next(records, None)
     if first is None:
         raise CorpusError("the file holds no records", where=str(path), fix="add at least one passage")

@@ -17,9 +17,14 @@ together:
 
 Features are symmetric in (d_a, d_b), so C(q, a, b) == C(q, b, a) by construction.
 
-Training data are the supporting-paragraph labels of HotpotQA (distractor setting) and MuSiQue.
-Weights are never committed: ``python -m explorer train-classifier`` writes them to the cache
-and :meth:`PairClassifier.load` returns ``None`` until it has been run.
+Training data are the supporting-paragraph labels of HotpotQA (distractor setting) and MuSiQue
+(or any question files that label their paragraphs). A trained classifier is a folder with no
+pickle in it (:mod:`explorer.retrieval.pair_weights`): ``weights.safetensors`` (the estimator's
+arrays), ``featurizer.json`` (document frequencies) and ``manifest.json`` (model family, feature
+version, threshold, seed, training files with their hashes, held-out scores). One ships with the
+explorer in ``explorer/data/pair_classifier/`` so DR-RAG works on a fresh install;
+``python -m explorer train-classifier`` retrains it into the user cache, which then takes
+precedence (:meth:`PairClassifier.default_source`).
 """
 
 from __future__ import annotations
@@ -43,9 +48,13 @@ from explorer.errors import DatasetError, ModelError
 from explorer.paths import cache_dir, shared_data_dir
 from explorer.retrieval.base import Passage
 from explorer.retrieval.embeddings import TextEncoder, get_encoder
+from explorer.retrieval.pair_weights import ArrayEstimator, export_estimator
 
 FEATURE_VERSION = 1
-MODEL_FILENAME = "pair_classifier.joblib"
+MODEL_DIRNAME = "pair_classifier"
+MANIFEST, WEIGHTS, FEATURIZER = "manifest.json", "weights.safetensors", "featurizer.json"
+STORE_FORMAT = 1
+SHIPPED_DIR = Path(__file__).resolve().parent.parent / "data" / "pair_classifier"
 EMBEDDING_STORE = "training_embeddings.npz"
 HOTPOTQA_FILE = "hotpotqa/dev_distractor_100.json"
 MUSIQUE_FILE = "musique/dev_100.json"
@@ -239,52 +248,118 @@ class PairExample:
     kind: str  # "gold" (both supporting), "hard" (one), "easy" (none)
 
 
-def _read_json(path: Path) -> Any:
-    if not path.is_file():
-        raise DatasetError(f"file not found: {path}",
-                           fix="place the benchmark data at ../shared/data or pass --data DIR")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise DatasetError(f"invalid JSON: {exc.msg}", where=f"{path}:{exc.lineno}",
-                           fix="restore the file from its source") from exc
+TRAINABLE_FORMATS = ("hotpotqa", "2wiki", "musique")
+_TRAIN_FIX = ("train on question files whose records label their paragraphs: HotpotQA / 2WikiMultihopQA "
+              "(context + supporting_facts) or MuSiQue (paragraphs with is_supporting)")
+
+
+def _context_pairs(context: Any) -> list[tuple[str, list[str]]]:
+    if isinstance(context, dict):  # the Hugging Face layout
+        context = list(zip(context.get("title", []), context.get("sentences", []), strict=False))
+    if not isinstance(context, list):
+        raise ValueError("'context' is not a list")
+    out = []
+    for i, item in enumerate(context):
+        if not (isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[0], str)
+                and isinstance(item[1], list) and all(isinstance(x, str) for x in item[1])):
+            raise ValueError(f"context[{i}] is not [title, [sentence, ...]]")
+        out.append((item[0], item[1]))
+    return out
+
+
+def _labelled(fmt: str, label: str, record: dict, index: int) -> LabelledQuestion:
+    from explorer.eval.question_formats import question_id
+    from explorer.retrieval.splitter import join_sentences
+
+    qid = question_id(record, index)
+    question = record.get("question")
+    if not isinstance(question, str) or not question.strip():
+        raise ValueError("no 'question' text")
+    if fmt == "musique":
+        paragraphs = record.get("paragraphs")
+        if not isinstance(paragraphs, list):
+            raise ValueError("no 'paragraphs' list")
+        passages, supporting = [], set()
+        for i, p in enumerate(paragraphs):
+            if not (isinstance(p, dict) and isinstance(p.get("title"), str)
+                    and isinstance(p.get("paragraph_text"), str)):
+                raise ValueError(f"paragraphs[{i}] lacks a string 'title' or 'paragraph_text'")
+            passages.append(Passage(id=f"{qid}#{i}", title=p["title"], text=p["paragraph_text"]))
+            if p.get("is_supporting") is True:
+                supporting.add(i)
+        return LabelledQuestion(label, qid, question, tuple(passages), frozenset(supporting))
+    if "context" not in record or "supporting_facts" not in record:
+        raise ValueError("no 'context' with 'supporting_facts' to learn from")
+    facts = record["supporting_facts"]
+    if isinstance(facts, dict):
+        facts = list(zip(facts.get("title", []), facts.get("sent_id", []), strict=False))
+    if not isinstance(facts, list) or not all(isinstance(f, (list, tuple)) and f and isinstance(f[0], str)
+                                              for f in facts):
+        raise ValueError("'supporting_facts' is not a list of [title, sentence index]")
+    gold = {f[0] for f in facts}
+    passages = tuple(Passage(id=f"{qid}#{i}", title=title, text=join_sentences(sents))
+                     for i, (title, sents) in enumerate(_context_pairs(record["context"])))
+    return LabelledQuestion(label, qid, question, passages, frozenset(i for i, p in enumerate(passages)
+                                                                       if p.title in gold))
+
+
+def labelled_questions(source: Any, limit: int | None = None) -> list[LabelledQuestion]:
+    """The first ``limit`` questions of a question source (:class:`~explorer.eval.datasets.DatasetSource`),
+    each with its paragraphs and which of them are supporting evidence."""
+    from explorer.eval.question_files import format_hint, iter_records
+
+    if not source.path.is_file():
+        from explorer.options import usage
+
+        hint = usage("data_dir", "DIR")
+        raise DatasetError(f"file not found: {source.path}",
+                           fix="place the benchmark data at ../shared/data or set EXPLORER_DATA"
+                               + (f", or pass {hint}" if hint else ""))
+    if source.format not in TRAINABLE_FORMATS:
+        raise DatasetError(f"{source.path} is read as {source.title}, whose records do not label their paragraphs",
+                           fix=_TRAIN_FIX + format_hint())
+    out: list[LabelledQuestion] = []
+    for index, (where, record) in enumerate(iter_records(source.path)):
+        if limit is not None and index >= limit:
+            break
+        if not isinstance(record, dict):
+            raise DatasetError(f"{where} is not a JSON object", fix=_TRAIN_FIX)
+        try:
+            out.append(_labelled(source.format, source.label, record, index))
+        except ValueError as exc:
+            raise DatasetError(f"{where} has {exc} (read as {source.title})", fix=_TRAIN_FIX + format_hint()) \
+                from None
+    return out
+
+
+def _source(path: Path, fmt: str, label: str) -> Any:
+    from explorer.eval.datasets import DatasetSource
+
+    return DatasetSource(label=label, path=path, format=fmt, named=True)
 
 
 def load_hotpotqa(path: Path, limit: int | None = None) -> list[LabelledQuestion]:
     """HotpotQA distractor format: 10 [title, sentences] paragraphs; supporting_facts name the gold titles."""
-    out = []
-    for n, item in enumerate(_read_json(path)[:limit]):
-        try:
-            gold = {title for title, _ in item["supporting_facts"]}
-            passages = tuple(Passage(id=f"{item['id']}#{i}", title=title, text="".join(sents).strip())
-                             for i, (title, sents) in enumerate(item["context"]))
-            supporting = frozenset(i for i, p in enumerate(passages) if p.title in gold)
-            out.append(LabelledQuestion("hotpotqa", str(item["id"]), item["question"], passages, supporting))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise DatasetError(f"question {n} is not in HotpotQA format ({exc!r})", where=str(path),
-                               fix="use the official distractor-setting JSON") from exc
-    return out
+    return labelled_questions(_source(Path(path), "hotpotqa", "hotpotqa"), limit)
 
 
 def load_musique(path: Path, limit: int | None = None) -> list[LabelledQuestion]:
     """MuSiQue format: 20 paragraphs each with title, paragraph_text and is_supporting."""
-    out = []
-    for n, item in enumerate(_read_json(path)[:limit]):
-        try:
-            passages = tuple(Passage(id=f"{item['id']}#{i}", title=p["title"], text=p["paragraph_text"])
-                             for i, p in enumerate(item["paragraphs"]))
-            supporting = frozenset(i for i, p in enumerate(item["paragraphs"]) if p["is_supporting"])
-            out.append(LabelledQuestion("musique", str(item["id"]), item["question"], passages, supporting))
-        except (KeyError, TypeError) as exc:
-            raise DatasetError(f"question {n} is not in MuSiQue format ({exc!r})", where=str(path),
-                               fix="use the official MuSiQue-Ans JSON") from exc
-    return out
+    return labelled_questions(_source(Path(path), "musique", "musique"), limit)
 
 
-def load_training_questions(data_dir: Path | None = None, limit: int | None = None) -> list[LabelledQuestion]:
-    """Both datasets' labelled questions (``limit`` per dataset); questions with < 2 gold are skipped."""
+def default_training_sources(data_dir: Path | None = None) -> list[Any]:
+    """HotpotQA dev (distractor) and MuSiQue dev from the benchmark data folder."""
     root = Path(data_dir) if data_dir else shared_data_dir()
-    questions = load_hotpotqa(root / HOTPOTQA_FILE, limit) + load_musique(root / MUSIQUE_FILE, limit)
+    return [_source(root / HOTPOTQA_FILE, "hotpotqa", "hotpotqa"), _source(root / MUSIQUE_FILE, "musique", "musique")]
+
+
+def load_training_questions(data_dir: Path | None = None, limit: int | None = None,
+                            sources: Sequence[Any] | None = None) -> list[LabelledQuestion]:
+    """Every source's labelled questions (``limit`` per source; default HotpotQA and MuSiQue dev);
+    questions with < 2 supporting paragraphs are skipped."""
+    chosen = list(sources) if sources is not None else default_training_sources(data_dir)
+    questions = [q for source in chosen for q in labelled_questions(source, limit)]
     return [q for q in questions if len(q.supporting) >= 2]
 
 
@@ -450,6 +525,8 @@ class PairClassifier:
         self.threshold = float(threshold)
         self.metadata = metadata or {}
         self._encoder = encoder
+        self.source: Path | None = None  # the folder it was loaded from
+        self.origin = "trained"  # "shipped", "cache", "file" (a folder named by the user) or "trained" (in memory)
 
     @property
     def encoder(self) -> TextEncoder:
@@ -459,7 +536,22 @@ class PairClassifier:
 
     @staticmethod
     def default_path() -> Path:
-        return cache_dir("classifier") / MODEL_FILENAME
+        """Where ``train-classifier`` writes (and DR-RAG first looks): the classifier folder in the user cache."""
+        return cache_dir("classifier") / MODEL_DIRNAME
+
+    @staticmethod
+    def shipped_path() -> Path:
+        """The classifier that ships with the explorer (package data, found from any working directory)."""
+        return SHIPPED_DIR
+
+    @classmethod
+    def default_source(cls) -> tuple[Path, str]:
+        """(folder, origin) of the classifier used when none is named: a retrained one in the cache, else the
+        shipped one."""
+        cached = cls.default_path()
+        if (cached / MANIFEST).is_file():
+            return cached, "cache"
+        return cls.shipped_path(), "shipped"
 
     def predict_proba(self, question: str, passage_a: PassageLike, passage_b: PassageLike) -> float:
         """Probability that the two passages together are the evidence for ``question``."""
@@ -481,37 +573,130 @@ class PairClassifier:
         return self.predict_proba(question, passage_a, passage_b) >= self.threshold
 
     def save(self, path: Path | None = None) -> Path:
-        import joblib
+        """Write the classifier as a folder (no pickle): weights.safetensors, featurizer.json, manifest.json.
 
-        target = Path(path) if path else self.default_path()
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(target.name + ".tmp")
-        joblib.dump({"feature_version": FEATURE_VERSION, "feature_names": list(FEATURE_NAMES),
-                     "estimator": self.estimator, "featurizer": self.featurizer.state(),
-                     "threshold": self.threshold, "metadata": self.metadata}, tmp)
-        tmp.replace(target)  # a reader never sees a half-written model
+        The manifest, written last and holding the other files' hashes, marks the folder complete."""
+        from safetensors.numpy import save_file
+
+        target = Path(path).expanduser() if path else self.default_path()
+        if target.suffix.lower() in (".joblib", ".pkl", ".pickle"):
+            raise ModelError(f"{target.name} names a pickle file; the pair classifier is stored as a folder",
+                             fix="give a folder path (it is created), e.g. my-classifier/")
+        if target.is_file():
+            raise ModelError(f"{target} is a file; the pair classifier is stored as a folder", fix="give a folder path")
+        estimator = self.estimator
+        if isinstance(estimator, ArrayEstimator):
+            tensors, spec = estimator.tensors, estimator.spec
+        else:
+            tensors, spec = export_estimator(estimator, str(self.metadata.get("family") or self.family))
+        target.mkdir(parents=True, exist_ok=True)
+        weights = {k: np.ascontiguousarray(v) for k, v in tensors.items()}
+        featurizer = json.dumps(self.featurizer.state(), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+        _atomic_bytes(target / WEIGHTS, _safetensors_bytes(save_file, weights))
+        _atomic_bytes(target / FEATURIZER, featurizer.encode("utf-8"))
+        held = ((self.metadata.get("metrics") or {}).get("held_out") or {}).get("overall") or {}
+        manifest = {
+            "format": STORE_FORMAT, "family": spec["family"], "estimator": spec, "threshold": self.threshold,
+            "held_out_f1": held.get("f1"), "trained_by": "python -m explorer train-classifier",
+            "feature_version": FEATURE_VERSION, "feature_names": list(FEATURE_NAMES),
+            "files": {WEIGHTS: _sha256(target / WEIGHTS), FEATURIZER: _sha256(target / FEATURIZER)},
+            **{k: v for k, v in self.metadata.items()
+               if k not in ("feature_version", "feature_names", "family", "held_out_f1", "trained_by", "threshold")},
+        }
+        _atomic_bytes(target / MANIFEST, json.dumps(manifest, indent=1, ensure_ascii=False).encode("utf-8"))
         return target
+
+    @property
+    def family(self) -> str:
+        if isinstance(self.estimator, ArrayEstimator):
+            return self.estimator.family
+        return str(self.metadata.get("family") or "")
 
     @classmethod
     def load(cls, path: Path | None = None, *, encoder: TextEncoder | None = None) -> PairClassifier | None:
-        """The trained classifier at ``path`` (default: the cache), or None when none was trained."""
-        import joblib
+        """The classifier in folder ``path`` (or its manifest.json); default: the cache's, else the shipped one.
 
-        source = Path(path) if path else cls.default_path()
-        if not source.is_file():
+        Returns None when ``path`` holds no classifier. Nothing is unpickled: weights are safetensors
+        arrays, checked against the hashes in the manifest, and the manifest's feature version must be
+        the one this code computes."""
+        from safetensors.numpy import load_file
+
+        if path is None:
+            folder, origin = cls.default_source()
+        else:
+            folder, origin = Path(path).expanduser(), "file"
+            if folder.name == MANIFEST:
+                folder = folder.parent
+        fix = "retrain it: python -m explorer train-classifier" + ("" if origin != "file" else " --out FOLDER")
+        if folder.is_file():
+            if folder.suffix.lower() in (".joblib", ".pkl", ".pickle"):
+                raise ModelError("pickled classifiers are not loaded (unpickling runs code from the file)",
+                                 where=str(folder), fix=fix)
+            raise ModelError("not a pair-classifier folder (a folder with manifest.json)", where=str(folder), fix=fix)
+        manifest_path = folder / MANIFEST
+        if not manifest_path.is_file():
             return None
-        fix = "retrain it: python -m explorer train-classifier"
         try:
-            blob = joblib.load(source)
-        except Exception as exc:  # truncated or foreign files fail in many ways inside pickle
-            raise ModelError(f"cannot read the pair classifier ({exc})", where=str(source), fix=fix) from exc
-        if not isinstance(blob, dict) or not {"estimator", "featurizer", "threshold"} <= blob.keys():
-            raise ModelError("not a pair-classifier file", where=str(source), fix=fix)
-        if blob.get("feature_version") != FEATURE_VERSION:
-            raise ModelError(f"the classifier was trained with feature version {blob.get('feature_version')}, "
-                             f"this code computes version {FEATURE_VERSION}", where=str(source), fix=fix)
-        return cls(blob["estimator"], PairFeaturizer(**blob["featurizer"]), threshold=blob["threshold"],
-                   metadata=blob.get("metadata", {}), encoder=encoder)
+            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ModelError(f"cannot read the classifier manifest ({exc})", where=str(manifest_path), fix=fix) from exc
+        if not isinstance(manifest, dict) or manifest.get("format") != STORE_FORMAT:
+            raise ModelError(f"not a pair-classifier manifest of format {STORE_FORMAT}", where=str(manifest_path),
+                             fix=fix)
+        if manifest.get("feature_version") != FEATURE_VERSION or manifest.get("feature_names") != list(FEATURE_NAMES):
+            raise StaleClassifier(f"the classifier was trained on feature version {manifest.get('feature_version')}, "
+                                  f"this code computes version {FEATURE_VERSION}", where=str(manifest_path), fix=fix)
+        for name, digest in (manifest.get("files") or {}).items():
+            if not (folder / name).is_file() or _sha256(folder / name) != digest:
+                raise ModelError(f"{name} is missing or does not match the manifest's hash", where=str(folder), fix=fix)
+        try:
+            tensors = load_file(str(folder / WEIGHTS))
+            state = json.loads((folder / FEATURIZER).read_text(encoding="utf-8"))
+            estimator = ArrayEstimator(tensors, manifest["estimator"])
+            featurizer = PairFeaturizer(doc_freq=state["doc_freq"], n_docs=state["n_docs"])
+            threshold = float(manifest["threshold"])
+        except ModelError:
+            raise
+        except Exception as exc:  # a damaged or foreign file: say so instead of a traceback
+            raise ModelError(f"cannot read the pair classifier ({type(exc).__name__}: {exc})", where=str(folder),
+                             fix=fix) from exc
+        if estimator.family != "boosted-trees" and estimator.n_features != len(FEATURE_NAMES):
+            raise StaleClassifier(f"the classifier expects {estimator.n_features} features, this code computes "
+                                  f"{len(FEATURE_NAMES)}", where=str(folder), fix=fix)
+        metadata = {k: v for k, v in manifest.items() if k not in ("estimator", "files", "format")}
+        model = cls(estimator, featurizer, threshold=threshold, metadata=metadata, encoder=encoder)
+        model.source, model.origin = folder, origin
+        return model
+
+    def describe(self) -> dict[str, Any]:
+        """What a trace and a report say about the classifier: where it came from, its family, threshold and F1."""
+        held = ((self.metadata.get("metrics") or {}).get("held_out") or {}).get("overall") or {}
+        return {"origin": self.origin, "path": str(self.source) if self.source else None, "family": self.family,
+                "threshold": self.threshold, "held_out_f1": held.get("f1"),
+                "feature_version": self.metadata.get("feature_version", FEATURE_VERSION)}
+
+
+class StaleClassifier(ModelError):
+    """A stored classifier computed on other features than this code's (FEATURE_VERSION changed)."""
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _safetensors_bytes(save_file: Callable[..., None], tensors: dict[str, np.ndarray]) -> bytes:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        file = Path(tmp) / WEIGHTS
+        save_file(tensors, str(file))
+        return file.read_bytes()
+
+
+def _atomic_bytes(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)  # a reader never sees a half-written file
 
 
 # --------------------------------------------------------------------------------------------
@@ -521,19 +706,26 @@ class PairClassifier:
 def train(data_dir: Path | None = None, *, seed: int = 0, limit: int | None = None, test_fraction: float = 0.2,
           neg_ratio: int = 4, folds: int = 5, repeats: int = 2, kinds: Sequence[str] = MODEL_KINDS,
           encoder: TextEncoder | None = None, progress: Progress | None = None,
-          store: Path | bool | None = None) -> tuple[PairClassifier, dict]:
-    """Train on HotpotQA + MuSiQue supporting-paragraph labels and evaluate on held-out questions.
+          store: Path | bool | None = None, sources: Sequence[Any] | None = None) -> tuple[PairClassifier, dict]:
+    """Train on supporting-paragraph labels (default: HotpotQA + MuSiQue dev) and evaluate on held-out questions.
 
     The model kind and the threshold are chosen by grouped cross-validation on the training
     questions only; the test questions are scored once, by the final model. ``store`` is the
     embedding store that spares re-encoding the paragraphs (default: in the classifier cache;
-    False: none)."""
+    False: none). ``sources`` are question sources (:func:`explorer.eval.datasets.resolve_sources`)
+    in a format that labels paragraphs."""
     say = progress or (lambda _msg: None)
     started = time.perf_counter()
     root = Path(data_dir) if data_dir else shared_data_dir()
-    questions = load_training_questions(root, limit)
+    chosen_sources = list(sources) if sources is not None else default_training_sources(root)
+    questions = load_training_questions(root, limit, chosen_sources)
     if len(questions) < 4:
-        raise DatasetError(f"only {len(questions)} usable questions under {root}", fix="use --limit 2 or more")
+        from explorer.options import usage
+
+        more = usage("limit", "N") if limit is not None else None
+        raise DatasetError(f"only {len(questions)} questions with two or more supporting paragraphs in "
+                           f"{', '.join(str(s.path) for s in chosen_sources)}",
+                           fix=("give more labelled questions" + (f" (a larger {more})" if more else "")))
     train_q, test_q = grouped_split(questions, test_fraction, seed)
     say(f"{len(questions)} questions: {len(train_q)} train, {len(test_q)} test (split by question, seed {seed})")
     train_pairs = build_pairs(questions, train_q, neg_ratio=neg_ratio, seed=seed)
@@ -576,7 +768,7 @@ def train(data_dir: Path | None = None, *, seed: int = 0, limit: int | None = No
         "always_negative": _per_dataset(test_pairs, questions, y_test, np.zeros_like(y_test)),
         "min_cosine": _per_dataset(test_pairs, questions, y_test, (x_test[:, col] >= cos_thr).astype(int)),
     }
-    model = PairClassifier(estimator, featurizer, threshold=thr, encoder=enc)
+    model = PairClassifier(estimator, featurizer, threshold=thr, encoder=enc, metadata={"family": kind})
     ranking = _top_pair_accuracy(model, [questions[i] for i in test_q])
     metrics = {
         "held_out": held_out, "baselines": baselines, "min_cosine_threshold": cos_thr,
@@ -585,7 +777,10 @@ def train(data_dir: Path | None = None, *, seed: int = 0, limit: int | None = No
     }
     model.metadata = {
         "feature_version": FEATURE_VERSION, "feature_names": list(FEATURE_NAMES), "encoder": enc.name,
-        "data_files": {rel: _file_digest(root / rel) for rel in (HOTPOTQA_FILE, MUSIQUE_FILE)},
+        "family": kind,
+        "data_files": {_data_name(src.path, root): _file_digest(src.path) for src in chosen_sources},
+        "datasets": {src.label: {"file": _data_name(src.path, root), "format": src.format}
+                     for src in chosen_sources},
         "seed": seed, "limit": limit, "neg_ratio": neg_ratio, "test_fraction": test_fraction,
         "counts": {"questions": {"train": len(train_q), "test": len(test_q),
                                  **{name: sum(q.dataset == name for q in questions)
@@ -597,6 +792,14 @@ def train(data_dir: Path | None = None, *, seed: int = 0, limit: int | None = No
         "test_question_ids": sorted(questions[i].qid for i in test_q),
     }
     return model, metrics
+
+
+def _data_name(path: Path, root: Path) -> str:
+    """A data file's name as a manifest records it: relative to the benchmark data folder when inside it."""
+    try:
+        return Path(path).resolve().relative_to(Path(root).resolve()).as_posix()
+    except ValueError:
+        return str(path)
 
 
 def _file_digest(path: Path) -> str:

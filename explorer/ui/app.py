@@ -21,6 +21,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 import gradio as gr  # noqa: E402  (analytics must be off before gradio is imported)
 
 from explorer.errors import ExplorerError, public_message  # noqa: E402
+from explorer.eval.question_formats import QUESTION_FORMATS  # noqa: E402
 from explorer.paths import ASSETS_DIR  # noqa: E402
 from explorer.store import RunStore  # noqa: E402
 from explorer.ui import api, controls, history_tab, questions, viewblock  # noqa: E402
@@ -134,6 +135,15 @@ def build_app(settings: AppSettings) -> gr.Blocks:
                         data_note = gr.HTML(_note(note), visible=bool(note), elem_id="data-note", js_on_load=None)
                         picked = gr.Dropdown(questions.choices(questions.DEMO), value=None, label="Pick a question",
                                              elem_id="question-pick")
+                        with gr.Accordion("Load a question file", open=False, elem_id="question-file-box"):
+                            with gr.Row():
+                                question_file = gr.File(label="Question file (.json, .jsonl, .csv, .tsv, .gz)",
+                                                        file_count="single", type="filepath",
+                                                        elem_id="question-file")
+                                question_format = gr.Dropdown(
+                                    [questions.AUTO_FORMAT, *QUESTION_FORMATS], value=questions.AUTO_FORMAT,
+                                    label="Format", elem_id="question-format",
+                                    info="detect reads the first record; question-only is 'questions'")
                         question = gr.Textbox(label="Question", lines=2, elem_id="question",
                                               placeholder="Type a question, or pick one above (you can edit it)")
                         gold = gr.HTML("", elem_id="gold", js_on_load=None)
@@ -183,7 +193,20 @@ def build_app(settings: AppSettings) -> gr.Blocks:
             return q.question, (f'<div class="dre-root dre-note">Gold answer: <b>{esc(answers)}</b> · gold passages: '
                                 f"<code>{esc(passages)}</code></div>")
 
+        def on_question_file(path: str | None, fmt: str) -> tuple[Any, Any]:
+            if not path:
+                return gr.update(), gr.update()
+            try:
+                key = questions.load_file(path, fmt)
+            except ExplorerError as exc:
+                return gr.update(), gr.update(value=_note(exc.message), visible=True)
+            return gr.update(choices=questions.sources(), value=key), gr.update(value="", visible=False)
+
         source.change(on_source, source, [picked, data_note, gold], api_visibility="private", queue=False)
+        question_file.upload(on_question_file, [question_file, question_format], [source, data_note],
+                             api_visibility="private")
+        question_format.change(on_question_file, [question_file, question_format], [source, data_note],
+                               api_visibility="private")
         picked.change(on_pick, [source, picked], [question, gold], api_visibility="private", queue=False)
 
         # -- running ------------------------------------------------------------------------
