@@ -18,6 +18,7 @@ import io
 import json
 import logging
 import os
+import re
 import sqlite3
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -406,7 +407,11 @@ class RunStore:
     def list(self, *, search: str | None = None, method: str | None = None, model: str | None = None,
              status: str | None = None, tag: str | None = None, evaluation: str | None = None,
              since: str | None = None, until: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
-        """Summary rows, newest first. ``search`` matches question, answer and name (full text, then substring)."""
+        """Summary rows, newest first. ``search`` matches question, answer and name through the full-text index.
+
+        Every word of ``search`` must occur, as a word or the start of one ("Savil" finds "Saville");
+        words are quoted, so FTS5 operators in user text are plain words.
+        """
         where, params = [], []
         for column, value in (("method", method), ("model", model), ("status", status), ("evaluation", evaluation)):
             if value:
@@ -421,9 +426,9 @@ class RunStore:
         if tag:
             where.append("run_id IN (SELECT run_id FROM tags WHERE tag = ?)")
             params.append(tag)
-        if search and search.strip():
-            where.append("(question LIKE ? OR answer LIKE ? OR name LIKE ?)")
-            params += [f"%{search.strip()}%"] * 3
+        if match := _fts_query(search):
+            where.append("rowid IN (SELECT rowid FROM runs_fts WHERE runs_fts MATCH ?)")
+            params.append(match)
         sql = f"SELECT {', '.join(SUMMARY_COLUMNS)} FROM runs"
         if where:
             sql += " WHERE " + " AND ".join(where)
@@ -434,11 +439,11 @@ class RunStore:
         with self._db() as db:
             rows = [dict(zip(SUMMARY_COLUMNS, r, strict=True)) for r in db.execute(sql, params)]
             orphans = set(self._orphans(db)) if self.readonly else set()
+            tags = _tags_by_run(db, [row["run_id"] for row in rows])
             for row in rows:
                 if row["run_id"] in orphans:
                     row["status"] = "interrupted"  # cannot be written here: shown as it will be stored
-                row["tags"] = [t[0] for t in db.execute("SELECT tag FROM tags WHERE run_id = ? ORDER BY tag",
-                                                        [row["run_id"]])]
+                row["tags"] = tags.get(row["run_id"], [])
         return rows
 
     def run_keys(self, evaluation: str) -> set[tuple[str, str, str, str]]:
@@ -504,3 +509,20 @@ class RunStore:
     def integrity_check(self) -> str:
         with self._db() as db:
             return str(db.execute("PRAGMA integrity_check").fetchone()[0])
+
+
+def _fts_query(search: str | None) -> str:
+    """An FTS5 query requiring every word of ``search`` as a word or word prefix (each quoted: no operators)."""
+    words = re.findall(r"\w+", search or "")
+    return " ".join('"' + w.replace('"', '""') + '"*' for w in words)
+
+
+def _tags_by_run(db: Any, run_ids: list[str]) -> dict[str, list[str]]:
+    """Every listed run's tags in one query (not one per row)."""
+    if not run_ids:
+        return {}
+    out: dict[str, list[str]] = {}
+    marks = ", ".join("?" * len(run_ids))
+    for run_id, tag in db.execute(f"SELECT run_id, tag FROM tags WHERE run_id IN ({marks}) ORDER BY tag", run_ids):
+        out.setdefault(run_id, []).append(tag)
+    return out

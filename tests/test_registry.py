@@ -178,3 +178,18 @@ def test_cli_corpus_info_and_convert(tmp_path: Path) -> None:
     assert [r["title"] for r in rows] == ["Long", "Long", "Short"] and set(rows[0]) == {"id", "title", "text"}
     again = run_cli("corpus", "convert", str(src), str(out))
     assert again.returncode == 1 and "--force" in again.stderr
+
+
+def test_a_method_name_is_registered_once() -> None:
+    from explorer.errors import ConfigError
+    from explorer.methods.base import METHODS, Method, method_names, register
+
+    assert method_names()[:3] == ["wo", "sr", "fl"]
+
+    class Impostor(Method):
+        name = "dragin"
+        title = "another DRAGIN"
+
+    with pytest.raises(ConfigError, match="already registered"):
+        register(Impostor)
+    assert METHODS["dragin"].__name__ == "Dragin"

@@ -48,6 +48,8 @@ def test_list_filters_search_tags_rename_delete(tmp_db: Path, traces: list[Trace
     assert [r["method"] for r in store.list(method="fs")] == ["fs"]
     assert [r["method"] for r in store.list(search="SuperMansion")] == ["fs"]
     assert store.list(search="no such words anywhere") == []
+    assert [r["method"] for r in store.list(search="superman")] == ["fs"]  # a word's start, any case
+    assert store.list(search='NEAR(" OR *') == []  # FTS5 syntax in user text is plain words
     first = traces[0].run_id
     store.tag(first, "case-study", "seakr")
     store.rename(first, "Jodorowsky vs Saville")
@@ -55,6 +57,7 @@ def test_list_filters_search_tags_rename_delete(tmp_db: Path, traces: list[Trace
     assert store.list(search="vs Saville")[0]["name"] == "Jodorowsky vs Saville"
     store.save(traces[0])  # saving again keeps the given name
     assert store.list(search="vs Saville")[0]["name"] == "Jodorowsky vs Saville"
+    assert store.list(search="Jodorowsky")[0]["tags"] == ["case-study", "seakr"]
     store.untag(first, "seakr")
     assert store.tags_of(first) == ["case-study"]
     store.delete(traces[1].run_id)

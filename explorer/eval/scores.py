@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from explorer.eval.metrics import exact_match, passage_recall, to_yes_no, token_scores, yes_no_accuracy
+from explorer.methods.base import method_rank
 from explorer.trace import Trace
 
 #: The order methods appear in tables (the DRAGIN paper's, then the later methods); others follow by name.
-METHOD_ORDER = ("wo", "sr", "fl", "fs", "flare", "dragin", "seakr", "blendfilter", "drrag")
 #: Answer-quality metrics, per question, mean per cell.
 ANSWER_METRICS = ("em", "f1", "precision", "recall", "accuracy")
 #: Cost metrics, per question, mean per cell.
@@ -161,10 +161,9 @@ def assign_labels(runs: list[RunScore]) -> None:
 
 
 def _sort_key(run: RunScore) -> tuple:
-    order = METHOD_ORDER.index(run.method) if run.method in METHOD_ORDER else len(METHOD_ORDER)
     values = tuple((0, v, "") if isinstance(v, (int, float)) and not isinstance(v, bool) else (1, 0, str(v))
                    for _, v in sorted(run.config.items()))
-    return (order, run.method, run.variant != _default_variant(run.method), run.variant, values)
+    return (method_rank(run.method), run.variant != _default_variant(run.method), run.variant, values)
 
 
 def dedupe(runs: Iterable[RunScore]) -> list[RunScore]:

@@ -63,10 +63,30 @@ class Method:
         raise NotImplementedError
 
 
+#: The order methods are listed in everywhere (controls, tables): baselines first, then the papers'
+#: methods; a method not listed here follows, by name.
+ORDER = ("wo", "sr", "fl", "fs", "flare", "dragin", "seakr", "blendfilter", "drrag")
+
+
 def register(cls: type[Method]) -> type[Method]:
-    """Class decorator adding a method to the registry under its short name."""
+    """Class decorator adding a method to the registry under its short name; a name is taken once."""
+    held = METHODS.get(cls.name)
+    if held is not None and (held.__module__, held.__qualname__) != (cls.__module__, cls.__qualname__):
+        raise ConfigError(f"method name {cls.name!r} is already registered by {held.__module__}.{held.__qualname__}",
+                          where=f"{cls.__module__}.{cls.__qualname__}", fix="give the new method another name")
     METHODS[cls.name] = cls
     return cls
+
+
+def method_rank(name: str) -> tuple[int, str]:
+    """Sort key putting methods in :data:`ORDER`, unknown ones after it by name."""
+    return (ORDER.index(name), name) if name in ORDER else (len(ORDER), name)
+
+
+def method_names() -> list[str]:
+    """Every registered method, in display order."""
+    get_method("wo")  # imports every method module, which registers it
+    return sorted(METHODS, key=method_rank)
 
 
 def get_method(name: str) -> type[Method]:

@@ -12,11 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from explorer.errors import ConfigError, ExplorerError
-from explorer.methods.base import METHODS, get_method
+from explorer.methods.base import get_method
 from explorer.methods.resolve import resolve_config
-
-#: The order methods are offered in: baselines first, then the papers' methods; new ones follow.
-PREFERRED_ORDER = ("wo", "sr", "fl", "fs", "flare", "dragin", "seakr", "blendfilter", "drrag")
 
 
 @dataclass(frozen=True)
@@ -47,12 +44,6 @@ class Param:
             bits.append(f"range [{lo}, {hi}]")
         bits.append(f"default {self.default}")
         return " · ".join(bits)
-
-
-def method_names() -> list[str]:
-    get_method("wo")  # imports every method module, which registers it
-    known = [m for m in PREFERRED_ORDER if m in METHODS]
-    return known + sorted(m for m in METHODS if m not in known)
 
 
 def method_label(name: str) -> str:
