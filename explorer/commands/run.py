@@ -15,6 +15,7 @@ from explorer.config import parse_assignments
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from explorer.methods import METHODS
+    from explorer.retrieval.choice import add_retriever_arguments
 
     parser = subparsers.add_parser("run", help="run one method on one question and print its trace",
                                    description="Run a dynamic-RAG method and print the text with its triggers, "
@@ -23,6 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--variant", default=None, help="paper or reference (methods that have both)")
     parser.add_argument("--question", required=True, help="the question to answer")
     parser.add_argument("--corpus", default="demo", help="demo (default), benchmark, or a corpus file/folder")
+    add_retriever_arguments(parser)
     parser.add_argument("--model", default="embedded", help="embedded (default), a model folder or a .gguf file")
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or mps")
     parser.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or float16")
@@ -36,12 +38,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from explorer.methods.base import make_config, run_question
+    from explorer.retrieval.choice import config_from_args
     from explorer.runtime import open_runtime
     from explorer.summary import render_text
 
     config = make_config(args.method, parse_assignments(args.settings))  # validate before loading anything
+    retriever = config_from_args(args)
     runtime = open_runtime(args.model, args.corpus, dtype=args.dtype, device=args.device,
-                           progress=lambda m: print(m, file=sys.stderr, flush=True))
+                           progress=lambda m: print(m, file=sys.stderr, flush=True), retriever=retriever)
     trace = run_question(args.method, args.question, runtime, variant=args.variant, config=config)
     print(render_text(trace))
     if args.json:
