@@ -130,5 +130,6 @@ def test_the_command_line_chooses_the_retriever(capsys: pytest.CaptureFixture[st
     assert main(["retrieve", "--corpus", "demo", "--retriever", "dense", "--embedder", "/no/such/model", "x"]) == 1
     err = capsys.readouterr().err
     assert "embedder '/no/such/model' is neither a folder" in err and "Traceback" not in err
-    assert main(["run", "--method", "wo", "--question", "q", "--retriever", "dense", "--retriever-set", "nprobe=0"]) == 1
+    assert main(["run", "--method", "wo", "--question", "q", "--retriever", "dense",
+                 "--retriever-set", "nprobe=0"]) == 1
     assert "out of range" in capsys.readouterr().err
