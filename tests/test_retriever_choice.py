@@ -133,3 +133,33 @@ def test_the_command_line_chooses_the_retriever(capsys: pytest.CaptureFixture[st
     assert main(["run", "--method", "wo", "--question", "q", "--retriever", "dense",
                  "--retriever-set", "nprobe=0"]) == 1
     assert "out of range" in capsys.readouterr().err
+
+
+def test_the_app_runs_with_the_retriever_chosen_beside_the_corpus(engine, tmp_db: Path) -> None:
+    from explorer.methods.base import Runtime
+    from explorer.ui import controls
+    from explorer.ui.app import AppSettings, _retargeter, build_app
+    from explorer.ui.controller import RunController, RuntimeHolder
+
+    demo = build_app(AppSettings(db=tmp_db, preload=False, retriever="hybrid"))
+    by_id = {c.get("props", {}).get("elem_id"): c for c in demo.config["components"]}
+    assert by_id["retriever"]["props"]["value"] == "hybrid"
+    assert [c[0] if isinstance(c, (list, tuple)) else c for c in by_id["retriever"]["props"]["choices"]] == \
+        ["bm25", "dense", "hybrid"]
+    assert by_id["corpus"]["props"]["value"] == "demo" and by_id["embedder"]["props"]["value"] == "embedded"
+
+    base = runtime_for(engine, "demo")
+    controller = RunController(RunStore(tmp_db), RuntimeHolder(lambda: base, describe="tiny"),
+                               retarget=_retargeter("demo"))
+    spec = controls.build_specs(["sr"], {}, {("sr", k): v for k, v in SMALL.items()}, model="tiny")[0]
+    ids = {}
+    for kind in ("dense", "bm25"):
+        final = list(controller.stream(PARAPHRASE, [spec], gold=None, session="s", retriever=kind))[-1]
+        assert final.done and "Done: 1 run(s) stored" in final.status
+        ids[kind] = final.run_ids[0]
+    stored = {kind: controller.store.get(i) for kind, i in ids.items()}
+    assert stored["dense"].corpus["retriever"] == "dense" and stored["bm25"].corpus["retriever"] == "bm25"
+    assert isinstance(base, Runtime) and base.corpus["retriever"] == "bm25"  # the loaded runtime is left as it was
+    final = list(controller.stream(PARAPHRASE, [spec], gold=None, session="s", retriever="dense",
+                                   embedder="/no/such/encoder"))[-1]
+    assert final.done and "neither a folder" in final.status and not final.run_ids
