@@ -266,6 +266,9 @@ def measure(data_dir: Path, *, methods: Sequence[str] = DEFAULT_METHODS, ks: Seq
             # The classifier learnt from these very question sets: its held-out questions are scored apart.
             heldout = set(clf.metadata.get("test_question_ids", []))
             report.heldout_counts = dict(Counter(i.dataset for i in items if i.qid in heldout))
+            dense = retrievers.get("dense")
+            if dense is not None and dense.encoder is clf.encoder and not clf.encoder.prompts():  # same vectors
+                clf.encoder.remember([p.as_context() for p in dense.corpus.passages], dense.matrix)
             _encode_all(clf.encoder, bm25, items, say)
     for method in wanted:
         for base in ([TOP_K_BASE[method]] if method in TOP_K else list(bases)):

@@ -25,8 +25,10 @@ import logging
 import math
 import os
 import shutil
+import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from hashlib import blake2b
@@ -48,6 +50,7 @@ DENSE_FORMAT_VERSION = 1
 META_FILE = "explorer-dense.json"
 EMBEDDINGS_FILE = "embeddings.npy"
 FAISS_PIN = "faiss-cpu==1.15.1"
+QUERY_CACHE = 4096  # query vectors kept: evaluations and DR-RAG's stage-2 queries repeat the same texts
 log = logging.getLogger(__name__)
 
 
@@ -148,6 +151,8 @@ class DenseRetriever:
             if self.index_path:
                 self._store(matrix)
         self.matrix = matrix
+        self._queries: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._queries_lock = threading.Lock()
         self._faiss_index = None
         self.index_type = "exact (one matrix product, numpy)"
         if self.index_kind != "exact":
@@ -288,7 +293,19 @@ class DenseRetriever:
         return self._n
 
     def encode_query(self, query: str) -> np.ndarray:
-        return self.encoder.encode_queries([query])[0]
+        """The query's unit vector; the last few thousand are kept, since the same query text comes
+        back often (every k of a metrics run, every method of an evaluation, DR-RAG's q + d)."""
+        with self._queries_lock:
+            vector = self._queries.get(query)
+            if vector is not None:
+                self._queries.move_to_end(query)
+                return vector
+        vector = self.encoder.encode_queries([query])[0]
+        with self._queries_lock:
+            self._queries[query] = vector
+            while len(self._queries) > QUERY_CACHE:
+                self._queries.popitem(last=False)
+        return vector
 
     def search(self, query: str, k: int) -> list[Hit]:
         """The k passages whose embeddings are closest to the query's (cosine), best first."""

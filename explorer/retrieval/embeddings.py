@@ -199,6 +199,17 @@ class TextEncoder:
                 self._cache.popitem(last=False)
         return len(entries)
 
+    def remember(self, texts: Sequence[str], vectors: np.ndarray) -> None:
+        """Put vectors computed elsewhere by this same model (a dense index's passage matrix) into the
+        cache, so the pair classifier does not encode those passages a second time."""
+        with self._lock:
+            for text, vec in zip(texts, vectors, strict=True):
+                key = text_key(text)
+                if key not in self._cache:
+                    self._cache[key] = np.asarray(vec, dtype=np.float32)
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
         """Unit vectors of search queries, with the model's own query prompt if it declares one
         (e5 and bge models expect "query: ..."); not cached, since queries rarely repeat."""
