@@ -50,6 +50,10 @@ DENSE_FORMAT_VERSION = 1
 META_FILE = "explorer-dense.json"
 EMBEDDINGS_FILE = "embeddings.npy"
 FAISS_PIN = "faiss-cpu==1.15.1"
+#: faiss threads for a single-query search. One query at a time gains little from splitting its few
+#: probed cells across threads, and on a busy machine the threads wait for each other (measured in
+#: benchmarks/results/dense.md); building an index still uses every core.
+SEARCH_THREADS = 1
 QUERY_CACHE = 4096  # query vectors kept: evaluations and DR-RAG's stage-2 queries repeat the same texts
 log = logging.getLogger(__name__)
 
@@ -207,7 +211,11 @@ class DenseRetriever:
         if index is None:
             if progress:
                 progress(f"building the {label} over {n:,} vectors")
-            index = build()
+            faiss.omp_set_num_threads(os.cpu_count() or 1)
+            try:
+                index = build()
+            finally:
+                faiss.omp_set_num_threads(SEARCH_THREADS)
             if target is not None:
                 tmp = target.with_name(f".{target.name}.{os.getpid()}-{uuid.uuid4().hex[:6]}")
                 try:
@@ -216,6 +224,7 @@ class DenseRetriever:
                 except (OSError, RuntimeError) as exc:
                     log.warning("could not store the faiss index in %s: %s", target, exc)
                     tmp.unlink(missing_ok=True)
+        faiss.omp_set_num_threads(SEARCH_THREADS)
         if self.index_kind == "ivf":
             index.nprobe = min(p.nprobe, index.nlist)
         elif self.index_kind == "hnsw":
