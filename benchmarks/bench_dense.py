@@ -150,7 +150,8 @@ def main() -> int:
     faiss.omp_set_num_threads(SEARCH_THREADS)
     ivf.nprobe = min(args.nprobe, nlist)
     p50, p95, res = timed(faiss_search(ivf), qvecs)
-    rows.append((f"faiss IVF nlist={nlist} nprobe={ivf.nprobe} ({SEARCH_THREADS} search thread)", p50, p95, recall_at(res, exact_res), build))
+    rows.append((f"faiss IVF nlist={nlist} nprobe={ivf.nprobe} ({SEARCH_THREADS} search thread)", p50, p95,
+                 recall_at(res, exact_res), build))
     lines += [f"## {n:,} real passages (corpus {args.corpus})", "",
               f"Query encoding ({encoder.name}, one question at a time): p50 **{enc_p50:.2f} ms**, p95 "
               f"{enc_times[int(0.95 * (len(enc_times) - 1))]:.2f} ms. Search only, top 10, "
