@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from explorer.methods.base import Runtime
 
@@ -44,17 +44,38 @@ def open_engine(model: str = "embedded", *, dtype: str = "float32", device: str 
 
 
 def open_runtime(model: str = "embedded", corpus: str = "demo", *, dtype: str = "float32", device: str = "cpu",
-                 attn: str = "sdpa", progress: Progress | None = None) -> Runtime:
-    """Engine and retriever together, with the corpus facts a trace records."""
+                 attn: str = "sdpa", progress: Progress | None = None, retriever: Any = "bm25",
+                 embedder: str | None = None, retriever_options: dict[str, Any] | None = None) -> Runtime:
+    """Engine and retriever together, with the corpus facts a trace records.
+
+    ``retriever`` is ``bm25`` (default), ``dense`` or ``hybrid`` (or a RetrieverConfig),
+    ``embedder`` the dense model's folder or cached name, ``retriever_options`` further
+    RetrieverConfig fields (``rrf_k``, ``dense_weight``, ``index``...).
+    """
     engine = open_engine(model, dtype=dtype, device=device, attn=attn, progress=progress)
-    return runtime_for(engine, corpus, progress=progress)
+    return runtime_for(engine, corpus, progress=progress, retriever=retriever, embedder=embedder,
+                       retriever_options=retriever_options)
 
 
-def runtime_for(engine: Engine, corpus: str, *, progress: Progress | None = None) -> Runtime:
-    """An engine built elsewhere (a benchmark's random model) joined to a corpus, as open_runtime joins its own."""
+def runtime_for(engine: Engine, corpus: str, *, progress: Progress | None = None, retriever: Any = "bm25",
+                embedder: str | None = None, retriever_options: dict[str, Any] | None = None) -> Runtime:
+    """An engine built elsewhere (a benchmark's random model) joined to a corpus, as open_runtime joins its own.
+
+    The corpus facts name the retriever (kind, embedding model, index type and fingerprint, and
+    the settings that shape its results), so a trace says which retriever found its passages."""
+    from explorer.retrieval.choice import retriever_config
     from explorer.retrieval.registry import open_retriever
 
-    retriever = open_retriever(corpus, progress=progress)
+    choice = retriever_config(retriever, embedder, retriever_options)
+    found = open_retriever(corpus, progress=progress, kind=choice)
+    return Runtime(engine=engine, retriever=found, corpus=corpus_facts(found, corpus, choice))
+
+
+def corpus_facts(retriever: Any, spec: str, choice: Any = None) -> dict[str, Any]:
+    """What a trace records about the corpus and the retriever that searched it."""
     describe = getattr(retriever, "describe", None)
-    facts = describe() if callable(describe) else {"name": getattr(retriever, "name", corpus)}
-    return Runtime(engine=engine, retriever=retriever, corpus={"spec": corpus, **facts})
+    facts = describe() if callable(describe) else {"name": getattr(retriever, "name", spec)}
+    facts.setdefault("retriever", getattr(retriever, "kind", "bm25"))
+    if choice is not None:
+        facts["retriever_config"] = choice.recorded()
+    return {"spec": spec, **facts}

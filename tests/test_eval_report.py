@@ -50,7 +50,8 @@ def test_cost_and_recall_tables(store: RunStore) -> None:
     assert costs.rows[1][:5] == ["sr", "1.000", "2.000", "25.0", "3.00"]
     assert costs.rows[0][:5] == ["wo", "0.000", "1.000", "6.0", "0.75"]
     recall = recall_table(scores)
-    assert recall.rows[1] == ["sr", "0.750", "3.0", "–", "1.0"]
+    # Given (passages in an answer prompt; these hand-made traces have no prompt), then all retrieved.
+    assert recall.rows[1] == ["sr", "0.000", "0.0", "0.750", "3.0", "–", "0.0", "–", "1.0"]
 
 
 def test_markdown_report_layout(store: RunStore) -> None:

@@ -28,10 +28,12 @@ def test_paragraph_scores() -> None:
     assert exact_paragraphs(gold, ["aaa"]) == 0.0
     assert exact_paragraphs(gold, ["aaa", "bbb", "ccc"]) == 0.0
     row = Row()
-    row.add(gold, ["aaa", "ccc"], pairs=3.0)
+    row.add(gold, ["aaa", "ccc"], ["aaa", "ccc", "bbb#1", "ddd"], pairs=3.0)
     row.add(gold, [], pairs=1.0)
     assert row.mean("recall") == 0.25 and row.mean("precision") == 0.25 and row.mean("kept") == 1.0
     assert row.mean("pairs") == 2.0 and row.n == 2
+    # honest recall: what was given (0.5, 0) against everything retrieved on the way (1.0, 0)
+    assert row.mean("candidate_recall") == 0.5 and row.mean("candidates") == 2.0
 
 
 def test_pooled_corpus_holds_every_gold_paragraph(shared_data: Path) -> None:
@@ -55,17 +57,22 @@ def test_drrag_trace_stops_at_the_selection(shared_data: Path) -> None:
 
 
 def test_measure_and_report_without_the_model(shared_data: Path) -> None:
-    report = measure(shared_data, methods=["bm25", "qdc"], ks=[2, 4], limit=3)
+    report = measure(shared_data, methods=["bm25", "sm", "qdc"], ks=[2, 4], limit=3, bases=("bm25", "dense"))
     assert report.counts == {"hotpotqa": 3, "musique": 3}
     for k in (2, 4):
         for d in ("hotpotqa", "musique"):
-            assert report.rows[("bm25", k, d)].n == 3
-            assert report.rows[("qdc", k, d)].mean("kept") <= k
-            assert 0.0 <= report.rows[("qdc", k, d)].mean("recall") <= 1.0
+            assert report.rows[("bm25", k, d)].n == 3 and report.rows[("sm", k, d)].mean("kept") == k
+            for base in ("bm25", "dense"):
+                row = report.rows[(f"qdc:{base}", k, d)]
+                assert row.mean("kept") <= k and 0.0 <= row.mean("recall") <= row.mean("candidate_recall") <= 1.0
+                assert row.mean("candidates") > row.mean("kept")  # QDC chooses from more than it gives
     # more passages never find fewer gold paragraphs with BM25
     assert report.rows[("bm25", 4, "musique")].mean("recall") >= report.rows[("bm25", 2, "musique")].mean("recall")
+    assert report.retrievers["dense"]["embedder"] == "all-MiniLM-L6-v2"
     text = render_markdown(report)
-    assert "| 2 | BM25 |" in text and "| 4 | QDC |" in text and "BlendFilter" not in text.split("\n## ")[-1]
+    assert "| 2 | BM25 |" in text and "| 4 | QDC on BM25 |" in text and "| 4 | QDC on SM |" in text
+    assert "| 4 | SM (dense) |" in text and "85.57" in text  # the paper's SM recall on HotpotQA at k = 4
+    assert "Honest recall" in text and "BlendFilter" not in text.split("\n## ")[-1]
 
 
 def test_cli_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
@@ -74,6 +81,9 @@ def test_cli_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["retrieval-metrics", "--methods", "bm25,magic"]) == 1
     assert "unknown method(s) magic" in capsys.readouterr().err
     assert main(["retrieval-metrics", "--limit", "0"]) == 1
+    assert main(["retrieval-metrics", "--retriever", "bm25,colbert"]) == 1
+    assert "unknown retriever(s) colbert" in capsys.readouterr().err
+    assert main(["retrieval-metrics", "--retriever-set", "rrf_k=-1"]) == 1
     with pytest.raises(SystemExit):
         main(["retrieval-metrics", "--k", "3,x"])
 

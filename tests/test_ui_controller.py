@@ -8,7 +8,7 @@ import pytest
 
 from explorer.engine.generation import Engine
 from explorer.errors import ConfigError, ExplorerError
-from explorer.methods.base import Runtime
+from explorer.methods.base import Runtime, method_names
 from explorer.store import RunStore
 from explorer.ui import controls, history, server, viewblock
 from explorer.ui.controller import RunController, RuntimeHolder
@@ -98,7 +98,7 @@ def test_controls_come_from_the_config_description():
     assert dragin["threshold"].default == 1.2 and dragin["threshold"].lo == 0.0
     assert "range [0, 1000]" in dragin["threshold"].info and "default 1.2" in dragin["threshold"].info
     assert dragin["exemplars"].choices and "choices:" in dragin["exemplars"].info
-    assert controls.method_names()[:2] == ["wo", "sr"] and "dragin" in controls.method_names()
+    assert method_names()[:2] == ["wo", "sr"] and "dragin" in method_names()
 
 
 def test_benchmark_questions_are_offered_only_when_the_data_is_there(monkeypatch, tmp_path):

@@ -24,6 +24,9 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=int, default=None, help="first N questions of each dataset (default: all)")
     parser.add_argument("--model", default="embedded", help="embedded (default), a model folder or a .gguf file")
     parser.add_argument("--corpus", default="benchmark", help="benchmark (default), demo, or a corpus file/folder")
+    from explorer.retrieval.choice import add_retriever_arguments
+
+    add_retriever_arguments(parser)
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or mps")
     parser.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or float16")
     parser.add_argument("--name", default=None, help="evaluation name (default: from datasets, limit, model, corpus)")
@@ -113,10 +116,15 @@ def run(args: argparse.Namespace) -> int:
     sources = resolve(args)
     arms = build_arms(parse_list(args.methods, "methods"), settings=args.settings, variants=args.variants,
                       seed=args.seed)
-    name = args.name or default_name([s.label for s in sources], args.limit, args.model, args.corpus)
+    from explorer.retrieval.choice import config_from_args
+
+    retriever = config_from_args(args)
+    name = args.name or default_name([s.label for s in sources], args.limit, args.model, args.corpus,
+                                     retriever=retriever)
     settings = EvalSettings(name=name, datasets=[s.spec for s in sources], arms=arms, limit=args.limit,
                             model=args.model, corpus=args.corpus, dtype=args.dtype, device=args.device, seed=args.seed,
-                            data_dir=args.data, batch_size=args.batch, dataset_format=args.dataset_format)
+                            data_dir=args.data, batch_size=args.batch, dataset_format=args.dataset_format,
+                            retriever=retriever.recorded())
     store = open_store(args.db)
     print(f"evaluation {name!r} in {store.path}", file=sys.stderr)
     with stop_on_terminate():

@@ -1,6 +1,8 @@
-"""``python -m explorer retrieval-metrics``: recall of BM25, QDC, CIS and CFS at k = 3, 4, 6, and BlendFilter's
-recall, precision and S-Precision before and after its filter, on HotpotQA and MuSiQue dev (or any question
-files that carry their gold paragraphs, ``--dataset``).
+"""``python -m explorer retrieval-metrics``: recall of BM25, SM (dense), hybrid, QDC, CIS and CFS at k = 3, 4, 6
+(DR-RAG's table 4), and BlendFilter's recall, precision and S-Precision before and after its filter, on
+HotpotQA and MuSiQue dev or any question files that carry their gold paragraphs (``--dataset``).
+``--retriever`` picks the base retriever(s) of DR-RAG's strategies and BlendFilter (the paper's SM, the dense
+retriever, by default; ``bm25,dense`` measures both).
 
 Prints markdown and writes it to ``--out`` (``retrieval_metrics.md`` in the current folder by default; the
 project's own result file is written only when asked for by path).
@@ -30,7 +32,7 @@ def _ints(text: str) -> list[int]:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from explorer.eval.retrieval_metrics import METHODS
+    from explorer.eval.retrieval_metrics import DEFAULT_METHODS, METHODS
 
     parser = subparsers.add_parser(
         "retrieval-metrics", help="recall of BM25 / DR-RAG strategies and BlendFilter's filtered union",
@@ -44,8 +46,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="format of the question files when it should not be detected: hotpotqa, 2wiki, "
                              "musique, nq")
     parser.add_argument("--data", type=Path, default=None, help="benchmark data folder (default: ../shared/data)")
-    parser.add_argument("--methods", default=",".join(METHODS),
-                        help=f"comma-separated, from {', '.join(METHODS)} (default: all)")
+    parser.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+                        help=f"comma-separated, from {', '.join(METHODS)} (default: {','.join(DEFAULT_METHODS)})")
+    parser.add_argument("--retriever", default="dense", metavar="bm25,dense,hybrid",
+                        help="base retriever(s) of QDC/CIS/CFS and BlendFilter, comma-separated (default dense, "
+                             "the paper's SM)")
+    parser.add_argument("--embedder", default=None, metavar="PATH",
+                        help="the dense model: a sentence-transformers folder or cached hub name (default: the "
+                             "bundled all-MiniLM-L6-v2)")
+    parser.add_argument("--retriever-set", dest="retriever_settings", action="append", default=[],
+                        metavar="NAME=VALUE", help="a retriever setting, e.g. rrf_k=60 (repeatable)")
     parser.add_argument("--k", type=_ints, default=[3, 4, 6], help="passage budgets k (default 3,4,6)")
     parser.add_argument("--k2", type=int, default=5, help="DR-RAG: new candidates per question + passage query")
     parser.add_argument("--limit", type=int, default=None, help="first N questions of each dataset (default: all)")
@@ -64,8 +74,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from explorer.eval.retrieval_metrics import METHODS, measure, render_markdown
+    from explorer.config import parse_assignments
+    from explorer.eval.retrieval_metrics import BASES, METHODS, measure, render_markdown
     from explorer.paths import shared_data_dir
+    from explorer.retrieval.choice import retriever_config
 
     if str(args.out) != "-":
         from explorer.paths import check_creatable
@@ -82,6 +94,12 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
     if args.k2 < 1 or args.blendfilter_k < 1:
         raise ConfigError("--k2 and --blendfilter-k must be at least 1")
+    bases = list(dict.fromkeys(b.strip() for b in args.retriever.split(",") if b.strip()))
+    if not bases or set(bases) - set(BASES):
+        raise ConfigError(f"unknown retriever(s) {', '.join(sorted(set(bases) - set(BASES))) or '(none given)'}",
+                          where="--retriever", fix=f"choose from {', '.join(BASES)}")
+    options = parse_assignments(args.retriever_settings)
+    retriever_config("hybrid", args.embedder, options)  # a bad setting fails before anything loads
 
     def progress(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
@@ -94,7 +112,8 @@ def run(args: argparse.Namespace) -> int:
                               data_dir=data)
     report = measure(data, methods=methods, ks=args.k, k2=args.k2, limit=args.limit,
                      blend_limit=args.blendfilter_limit, blend_k=args.blendfilter_k, model=args.model,
-                     classifier_path=args.classifier, progress=progress, sources=sources)
+                     classifier_path=args.classifier, progress=progress, sources=sources, bases=bases,
+                     embedder=args.embedder, retriever_options=options)
     given = sys.argv[2:] if sys.argv[1:2] == ["retrieval-metrics"] else []
     report.command = " ".join(["python -m explorer retrieval-metrics", *(shlex.quote(a) for a in given)])
     text = render_markdown(report)

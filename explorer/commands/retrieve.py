@@ -1,4 +1,4 @@
-"""``python -m explorer retrieve``: search a corpus with BM25 from the command line.
+"""``python -m explorer retrieve``: search a corpus with BM25, dense or hybrid retrieval from the command line.
 
 The quickest way to see what a method's query would bring back, and to check that a corpus file
 loads and indexes before pointing a run at it.
@@ -13,13 +13,16 @@ import textwrap
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from explorer.retrieval.choice import add_retriever_arguments
+
     parser = subparsers.add_parser(
-        "retrieve", help="search a corpus with BM25 and print the best passages",
+        "retrieve", help="search a corpus (BM25, dense or hybrid) and print the best passages",
         description="Search a corpus (demo, benchmark, or a corpus file/folder) and print rank, score, id, "
                     "title and a snippet of each hit.")
     parser.add_argument("query", help="the search text")
     parser.add_argument("--corpus", default="demo", help="'demo' (default), 'benchmark', or a corpus path")
     parser.add_argument("-k", type=int, default=5, help="number of passages (default 5)")
+    add_retriever_arguments(parser)
     parser.add_argument("--format", dest="fmt", default=None,
                         help="corpus format when the extension does not tell (dpr, passages, hotpotqa, 2wiki, "
                              "musique, nq, txt)")
@@ -38,15 +41,20 @@ def snippet(text: str, width: int) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from explorer.errors import ConfigError
+    from explorer.retrieval.choice import config_from_args
     from explorer.retrieval.registry import open_retriever
 
     if args.k < 1:
         raise ConfigError(f"-k must be at least 1, got {args.k}", where="-k", fix="pass -k 5, for example")
-    retriever = open_retriever(args.corpus, progress=_progress, fmt=args.fmt)
+    choice = config_from_args(args)
+    retriever = open_retriever(args.corpus, progress=_progress, fmt=args.fmt, kind=choice)
     hits = retriever.search(args.query, args.k)
     if args.json:
         for hit in hits:
             print(json.dumps(hit.to_dict(), ensure_ascii=False))
+        return 0
+    if not hits and choice.kind != "bm25":
+        print("no passage found (the query is empty)")
         return 0
     if not hits:
         print(f"no passage of '{retriever.name}' shares a searchable word with the query "

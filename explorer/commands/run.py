@@ -16,6 +16,7 @@ from explorer.paths import check_output_file, write_text_file
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from explorer.methods import METHODS
+    from explorer.retrieval.choice import add_retriever_arguments
 
     parser = subparsers.add_parser("run", help="run one method on one question and print its trace",
                                    description="Run a dynamic-RAG method and print the text with its triggers, "
@@ -24,6 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--variant", default=None, help="paper or reference (methods that have both)")
     parser.add_argument("--question", required=True, help="the question to answer")
     parser.add_argument("--corpus", default="demo", help="demo (default), benchmark, or a corpus file/folder")
+    add_retriever_arguments(parser)
     parser.add_argument("--model", default="embedded", help="embedded (default), a model folder or a .gguf file")
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or mps")
     parser.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or float16")
@@ -39,14 +41,16 @@ def run(args: argparse.Namespace) -> int:
     from explorer.journal import RunJournal
     from explorer.methods.base import run_question
     from explorer.methods.resolve import resolve_config
+    from explorer.retrieval.choice import config_from_args
     from explorer.runtime import open_runtime
     from explorer.summary import render_text
 
     given = parse_assignments(args.settings)
     store = check_before_loading(args)
     resolve_config(args.method, args.variant, None, given)  # validate before loading anything
+    retriever = config_from_args(args)
     runtime = open_runtime(args.model, args.corpus, dtype=args.dtype, device=args.device,
-                           progress=lambda m: print(m, file=sys.stderr, flush=True))
+                           progress=lambda m: print(m, file=sys.stderr, flush=True), retriever=retriever)
     journal = RunJournal(store) if store is not None else None
     # The values as given: the run resolves them with the model's preset, as the app and the evaluation do.
     trace = run_question(args.method, args.question, runtime, variant=args.variant, config=given, journal=journal)

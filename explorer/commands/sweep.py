@@ -60,12 +60,16 @@ def run(args: argparse.Namespace) -> int:
                 arms.append(arm)
     sources = resolve(args)
     datasets = [s.label for s in sources]
+    from explorer.retrieval.choice import config_from_args
+
+    retriever = config_from_args(args)
     name = args.name or (f"sweep-{method.replace(':', '-')}-{args.param}-{'+'.join(datasets)}-"
                          f"{'all' if args.limit is None else args.limit}-{args.model.rstrip('/').rsplit('/', 1)[-1]}"
-                         f"-{args.corpus}")
+                         f"-{args.corpus}" + ("" if retriever.kind == "bm25" else f"-{retriever.label}"))
     settings = EvalSettings(name=name, datasets=[s.spec for s in sources], arms=arms, limit=args.limit,
                             model=args.model, corpus=args.corpus, dtype=args.dtype, device=args.device, seed=args.seed,
                             data_dir=args.data, batch_size=args.batch, dataset_format=args.dataset_format,
+                            retriever=retriever.recorded(),
                             sweep={"method": arms[0].method, "variant": arms[0].variant, "param": args.param,
                                    "values": [a.given[args.param] for a in arms]})
     from explorer.paths import check_creatable

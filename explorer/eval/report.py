@@ -104,20 +104,27 @@ def cost_table(scores: EvaluationScores) -> Table:
 
 
 def recall_table(scores: EvaluationScores) -> Table:
-    """Share of gold passages among everything a run retrieved, and how many distinct passages that was."""
+    """Gold-passage recall over the passages given to the model (and how many), beside recall over
+    everything the run retrieved (and how many): a method that retrieves many candidates but gives
+    the model few is credited only for the few in the first pair of columns."""
     columns, targets = ["Method"], [None]
     for d in scores.datasets:
-        columns += [f"{dataset_title(d)} Recall", f"{dataset_title(d)} Passages"]
-        targets += [d, d]
+        t = dataset_title(d)
+        columns += [f"{t} Recall (given)", f"{t} Given", f"{t} Recall (retrieved)", f"{t} Retrieved"]
+        targets += [d, d, d, d]
     rows = []
     for label in scores.labels:
         row: list[Any] = [label]
         for d in scores.datasets:
             cell = scores.cell(label, d)
-            row += [_fmt(cell.means["passage_recall"]), _fmt(cell.means["retrieved_passages"], 1)]
+            row += [_fmt(cell.means.get("given_recall")), _fmt(cell.means.get("given_passages"), 1),
+                    _fmt(cell.means["passage_recall"]), _fmt(cell.means["retrieved_passages"], 1)]
         rows.append(row)
-    return Table("Gold passage recall (over all passages retrieved in the run)", columns, rows, targets,
-                 note="Recall is averaged over questions that have gold passages; '–' where none do.")
+    return Table("Gold passage recall (over the passages given to the model, and over all retrieved)", columns, rows,
+                 targets, note="Given: passages placed in the prompt of a generation that writes the answer (not "
+                               "those only judged, filtered or used to re-rank). Retrieved: every passage any "
+                               "retrieval of the run returned. Recall is averaged over questions that have gold "
+                               "passages; '–' where none do.")
 
 
 def _counts_note(scores: EvaluationScores) -> str:
@@ -159,11 +166,24 @@ def table_markdown(table: Table) -> str:
     return "\n".join(lines)
 
 
+def retriever_text(config: dict[str, Any] | None) -> str:
+    """``bm25``, ``dense (all-MiniLM-L6-v2, index auto)``, ``hybrid (..., rrf_k=60, weights 1/1)``."""
+    config = dict(config or {"kind": "bm25"})
+    kind = str(config.get("kind", "bm25"))
+    if kind == "bm25":
+        return "bm25"
+    embedder = config.get("embedder", "embedded")
+    bits = [("all-MiniLM-L6-v2" if embedder == "embedded" else str(embedder)), f"index {config.get('index', 'auto')}"]
+    if kind == "hybrid":
+        bits.append(f"rrf_k={config.get('rrf_k')}, weights {config.get('bm25_weight')}/{config.get('dense_weight')}")
+    return f"{kind} ({', '.join(bits)})"
+
+
 def _settings_lines(evaluation: dict[str, Any]) -> list[str]:
     s = evaluation.get("settings") or {}
     lines = [f"- status: {evaluation.get('status')}, started {evaluation.get('created_at')}",
              f"- model: {s.get('model')} ({s.get('dtype')}, {s.get('device')}); corpus: {s.get('corpus')}; "
-             f"seed: {s.get('seed')}"]
+             f"retriever: {retriever_text(s.get('retriever'))}; seed: {s.get('seed')}"]
     datasets = s.get("datasets") or {}
     if datasets:
         lines.append("- questions: " + "; ".join(_dataset_text(d, v or {}) for d, v in datasets.items()))

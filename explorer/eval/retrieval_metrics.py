@@ -1,4 +1,5 @@
-"""Retrieval quality of BM25, DR-RAG's strategies and BlendFilter's union on question sets with gold paragraphs.
+"""Retrieval quality of BM25, dense (SM), hybrid, DR-RAG's strategies and BlendFilter on question sets with gold
+paragraphs.
 
 By default HotpotQA and MuSiQue dev; any question files whose records carry their paragraphs
 (HotpotQA, 2Wiki, MuSiQue, NQ formats) can be given instead (``sources``). The question sets'
@@ -6,18 +7,21 @@ paragraphs (10 per HotpotQA question, 20 per MuSiQue question) are pooled into o
 the benchmark corpus's own readers and ids (:mod:`explorer.retrieval.pool`), so every question's
 gold paragraphs are in it among thousands of look-alikes. Then, per question:
 
-* BM25: the top k passages for the question;
-* DR-RAG's QDC, CIS and CFS at k (k1 = ceil(k / 2), as the paper's k/2): the passages of the
-  ``selection`` event of a DR-RAG trace that stops before the answer (no model needed; the pair
-  classifier judges), so the numbers come from the very code the method runs;
-* BlendFilter (needs the model): a full run; its ``selection`` event holds the union after
-  filtering and, beside it, the union before filtering.
+* BM25, SM (DR-RAG's "similarity matching": the dense retriever) and hybrid: the top k passages
+  for the question;
+* DR-RAG's QDC, CIS and CFS at k (k1 = ceil(k / 2), as the paper's k/2) on each chosen base
+  retriever (the paper builds them on SM): the passages of the ``selection`` event of a DR-RAG
+  trace that stops before the answer (no model needed; the pair classifier judges), so the
+  numbers come from the very code the method runs;
+* BlendFilter (needs the model), on each chosen base retriever: a full run; its ``selection``
+  event holds the union after filtering and, beside it, the union before filtering.
 
-Scores are per question, then averaged: recall (share of the gold paragraphs found), precision
-(share of the kept passages' paragraphs that are gold; an empty selection scores 0) and
-S-Precision (1 when the kept paragraphs are exactly the gold ones). A paragraph longer than 100
-words is cut into pieces; it counts as found when any of its pieces is kept (paragraph level,
-as the papers count documents).
+Scores are per question, then averaged: recall over the passages *given to the model* (and how
+many), recall over *every candidate retrieved* on the way (DR-RAG's stage-1 and stage-2 lists;
+for plain top-k the two are the same), precision (share of the kept passages' paragraphs that
+are gold; an empty selection scores 0) and S-Precision (1 when the kept paragraphs are exactly
+the gold ones). A paragraph longer than 100 words is cut into pieces; it counts as found when
+any of its pieces is kept (paragraph level, as the papers count documents).
 """
 
 from __future__ import annotations
@@ -40,8 +44,33 @@ from explorer.trace import Trace, TraceRecorder
 
 DATASETS = ("hotpotqa", "musique")
 DATASET_TITLES = {"hotpotqa": "HotpotQA", "musique": "MuSiQue"}
-STRATEGIES = ("bm25", "qdc", "cis", "cfs")
+TOP_K = ("bm25", "sm", "hybrid")  # one search with the question; sm = the dense retriever
+DRRAG = ("qdc", "cis", "cfs")
+STRATEGIES = (*TOP_K, *DRRAG)
 METHODS = (*STRATEGIES, "blendfilter")
+DEFAULT_METHODS = ("bm25", "sm", "qdc", "cis", "cfs", "blendfilter")
+BASES = ("bm25", "dense", "hybrid")
+TOP_K_BASE = {"bm25": "bm25", "sm": "dense", "hybrid": "hybrid"}
+#: DR-RAG's table 4 (recall %, passages given to the model), for the two datasets measured here.
+PAPER_TABLE4: dict[tuple[str, int], dict[str, tuple[float, float]]] = {
+    ("musique", 3): {"bm25": (37.57, 3.00), "sm": (58.31, 3.00), "qdc": (58.44, 3.00), "cis": (57.42, 2.82),
+                     "cfs": (66.45, 2.95)},
+    ("hotpotqa", 3): {"bm25": (64.67, 3.00), "sm": (80.33, 3.00), "qdc": (86.12, 3.00), "cis": (79.80, 2.74),
+                      "cfs": (88.89, 2.89)},
+    ("musique", 4): {"bm25": (43.52, 4.00), "sm": (66.20, 4.00), "qdc": (70.30, 4.00), "cis": (66.45, 3.61),
+                     "cfs": (73.83, 3.82)},
+    ("hotpotqa", 4): {"bm25": (70.72, 4.00), "sm": (85.57, 4.00), "qdc": (90.20, 4.00), "cis": (88.37, 3.43),
+                      "cfs": (92.28, 3.75)},
+    ("musique", 6): {"bm25": (51.69, 6.00), "sm": (76.78, 6.00), "qdc": (79.46, 6.00), "cis": (77.13, 5.23),
+                     "cfs": (83.01, 5.69)},
+    ("hotpotqa", 6): {"bm25": (79.93, 6.00), "sm": (92.59, 6.00), "qdc": (94.00, 6.00), "cis": (93.24, 4.72),
+                      "cfs": (96.27, 5.35)},
+}
+
+
+def row_label(method: str, base: str) -> str:
+    """The key of a table row: ``bm25``/``sm``/``hybrid`` alone, a DR-RAG strategy with its base (``cfs:dense``)."""
+    return method if method in TOP_K else f"{method}:{base}"
 Progress = Callable[[str], None]
 
 
@@ -62,13 +91,20 @@ class Row:
     precision: list[float] = field(default_factory=list)
     exact: list[float] = field(default_factory=list)
     kept: list[int] = field(default_factory=list)
+    candidate_recall: list[float] = field(default_factory=list)
+    candidates: list[int] = field(default_factory=list)
     extra: dict[str, list[float]] = field(default_factory=dict)
 
-    def add(self, gold: Sequence[str], kept: Sequence[str], **extra: float) -> None:
+    def add(self, gold: Sequence[str], kept: Sequence[str], candidates: Sequence[str] | None = None,
+            **extra: float) -> None:
+        """One question: ``kept`` went to the model; ``candidates`` is everything retrieved on the way."""
+        pool = list(dict.fromkeys([*(candidates if candidates is not None else kept), *kept]))
         self.recall.append(passage_recall(gold, kept, by_document=True) or 0.0)
         self.precision.append(paragraph_precision(gold, kept))
         self.exact.append(exact_paragraphs(gold, kept))
         self.kept.append(len(kept))
+        self.candidate_recall.append(passage_recall(gold, pool, by_document=True) or 0.0)
+        self.candidates.append(len(pool))
         for key, value in extra.items():
             self.extra.setdefault(key, []).append(value)
 
@@ -120,6 +156,25 @@ def pooled_corpus(data_dir: Path, progress: Progress | None = None,
     if progress:
         progress(f"pooled corpus: {corpus.documents:,} paragraphs -> {len(corpus):,} passages")
     return BM25Retriever(corpus, progress=progress)
+
+
+def base_retrievers(bm25: Any, bases: Sequence[str], *, embedder: str | None = None,
+                    options: dict[str, Any] | None = None, progress: Progress | None = None) -> dict[str, Retriever]:
+    """BM25 plus, where asked, dense and hybrid retrievers over the same pooled passages (the
+    dense matrix is cached on disk like any corpus's)."""
+    from explorer.retrieval.choice import retriever_config
+    from explorer.retrieval.dense import DenseRetriever
+    from explorer.retrieval.embeddings import get_encoder
+    from explorer.retrieval.hybrid import HybridRetriever
+
+    out: dict[str, Retriever] = {"bm25": bm25}
+    if any(b in ("dense", "hybrid") for b in bases):
+        choice = retriever_config("hybrid", embedder, options)
+        out["dense"] = DenseRetriever(bm25.corpus, get_encoder(choice.embedder), params=choice.dense_params(),
+                                      progress=progress)
+        out["hybrid"] = HybridRetriever(bm25, out["dense"], rrf_k=choice.rrf_k, bm25_weight=choice.bm25_weight,
+                                        dense_weight=choice.dense_weight, depth=choice.depth)
+    return out
 
 
 def load_items(data_dir: Path, retriever: Retriever, limit: int | None = None,
@@ -176,11 +231,13 @@ class Report:
     ks: tuple[int, ...]
     k2: int
     counts: dict[str, int]
-    rows: dict[tuple[str, int, str], Row] = field(default_factory=dict)  # (method, k, dataset)
+    bases: tuple[str, ...] = ("bm25",)
+    retrievers: dict[str, dict[str, Any]] = field(default_factory=dict)  # base -> describe() highlights
+    rows: dict[tuple[str, int, str], Row] = field(default_factory=dict)  # (row label, k, dataset)
     # the same on the questions the pair classifier never saw in training (its held-out split)
     heldout_rows: dict[tuple[str, int, str], Row] = field(default_factory=dict)
     heldout_counts: dict[str, int] = field(default_factory=dict)
-    blend: dict[tuple[str, str], Row] = field(default_factory=dict)  # (before|after, dataset)
+    blend: dict[tuple[str, str, str], Row] = field(default_factory=dict)  # (base, before|after, dataset)
     blend_counts: dict[str, int] = field(default_factory=dict)
     blend_k: int = 5
     statuses: Counter = field(default_factory=Counter)
@@ -200,19 +257,35 @@ class Report:
         return self.sources.get(dataset, {}).get("title") or DATASET_TITLES.get(dataset, dataset)
 
 
-def measure(data_dir: Path, *, methods: Sequence[str] = METHODS, ks: Sequence[int] = (3, 4, 6), k2: int = 5,
+def _candidates(event: dict[str, Any]) -> list[str]:
+    """Every passage a DR-RAG selection chose from: the stage-1 list and each stage-2 candidate list."""
+    ids = list(event.get("stage1") or [])
+    for pool in (event.get("stage2") or {}).values():
+        ids.extend(pool)
+    return list(dict.fromkeys(ids))
+
+
+def measure(data_dir: Path, *, methods: Sequence[str] = DEFAULT_METHODS, ks: Sequence[int] = (3, 4, 6), k2: int = 5,
             limit: int | None = None, blend_limit: int | None = None, blend_k: int = 5, model: str = "embedded",
-            classifier_path: str = "", progress: Progress | None = None,
+            classifier_path: str = "", progress: Progress | None = None, bases: Sequence[str] = ("dense",),
+            embedder: str | None = None, retriever_options: dict[str, Any] | None = None,
             sources: Sequence[DatasetSource] | None = None) -> Report:
+    """Score every asked row; ``bases`` are the retrievers DR-RAG's strategies and BlendFilter run on."""
     say = progress or (lambda _m: None)
     sources = list(sources) if sources is not None else default_sources(data_dir)
-    retriever = pooled_corpus(data_dir, say, sources)
-    items = load_items(data_dir, retriever, limit, sources)
-    describe = retriever.describe()  # type: ignore[attr-defined]
+    bm25 = pooled_corpus(data_dir, say, sources)
+    items = load_items(data_dir, bm25, limit, sources)
+    describe = bm25.describe()  # type: ignore[attr-defined]
+    needed = {TOP_K_BASE[m] for m in methods if m in TOP_K} | set(bases)
+    retrievers = base_retrievers(bm25, sorted(needed), embedder=embedder, options=retriever_options, progress=say)
     report = Report(corpus={"paragraphs": describe["documents"], "passages": describe["passages"]}, ks=tuple(ks),
-                    k2=k2, counts=dict(Counter(i.dataset for i in items)), blend_k=blend_k,
+                    k2=k2, counts=dict(Counter(i.dataset for i in items)), blend_k=blend_k, bases=tuple(bases),
                     sources={s.label: {"title": DATASET_TITLES.get(s.label, s.label) if s.named else s.label,
                                        "file": str(s.path), "format": s.format} for s in sources})
+    for name, r in retrievers.items():
+        d = r.describe()  # type: ignore[attr-defined]
+        report.retrievers[name] = {k: d.get(k) for k in ("retriever", "embedder", "index_type", "index_fingerprint",
+                                                         "fusion")}
     wanted = [m for m in STRATEGIES if m in methods]
     heldout: set[str] = set()
     if any(m in ("cis", "cfs") for m in wanted):
@@ -227,29 +300,39 @@ def measure(data_dir: Path, *, methods: Sequence[str] = METHODS, ks: Sequence[in
             chosen = clf.metadata.get("metrics", {}).get("chosen", {})
             held = clf.metadata.get("metrics", {}).get("held_out", {}).get("overall", {})
             report.classifier = {"path": str(where), "model": chosen.get("model"), "threshold": clf.threshold,
-                                 "held_out_f1": held.get("f1"), "held_out_accuracy": held.get("accuracy")}
+                                 "held_out_f1": held.get("f1"), "held_out_accuracy": held.get("accuracy"),
+                                 "encoder": clf.metadata.get("encoder")}
             # The classifier learnt from these very question sets: its held-out questions are scored apart.
             heldout = set(clf.metadata.get("test_question_ids", []))
             report.heldout_counts = dict(Counter(i.dataset for i in items if i.qid in heldout))
-            _encode_all(clf.encoder, retriever, items, say)
+            dense = retrievers.get("dense")
+            if dense is not None and dense.encoder is clf.encoder and not any(clf.encoder.prompts().values()):
+                clf.encoder.remember([p.as_context() for p in dense.corpus.passages], dense.matrix)
+            _encode_all(clf.encoder, bm25, items, say)
     for method in wanted:
-        started = time.perf_counter()
-        for k in ks:
-            for item in items:
-                if method == "bm25":
-                    kept, extra = [h.passage.id for h in retriever.search(item.question, k)], {}
-                else:
-                    trace = drrag_trace(retriever, item.question, method, k, k2=k2, classifier_path=classifier_path)
-                    event = trace.of_kind("selection")[-1].payload
-                    kept, extra = event["passage_ids"], {"pairs": float(event["pairs_judged"])}
-                report.rows.setdefault((method, k, item.dataset), Row()).add(item.gold, kept, **extra)
-                if item.qid in heldout:
-                    report.heldout_rows.setdefault((method, k, item.dataset), Row()).add(item.gold, kept, **extra)
-        report.seconds[method] = time.perf_counter() - started
-        say(f"{method}: {report.seconds[method]:.1f} s for {len(items)} questions x k in {list(ks)}")
+        for base in ([TOP_K_BASE[method]] if method in TOP_K else list(bases)):
+            retriever, label = retrievers[base], row_label(method, base)
+            started = time.perf_counter()
+            for k in ks:
+                for item in items:
+                    if method in TOP_K:
+                        kept, pool, extra = [h.passage.id for h in retriever.search(item.question, k)], None, {}
+                    else:
+                        trace = drrag_trace(retriever, item.question, method, k, k2=k2,
+                                            classifier_path=classifier_path)
+                        event = trace.of_kind("selection")[-1].payload
+                        kept, pool = event["passage_ids"], _candidates(event)
+                        extra = {"pairs": float(event["pairs_judged"])}
+                    report.rows.setdefault((label, k, item.dataset), Row()).add(item.gold, kept, pool, **extra)
+                    if item.qid in heldout:
+                        report.heldout_rows.setdefault((label, k, item.dataset), Row()).add(item.gold, kept, pool,
+                                                                                              **extra)
+            report.seconds[label] = time.perf_counter() - started
+            say(f"{label}: {report.seconds[label]:.1f} s for {len(items)} questions x k in {list(ks)}")
     if "blendfilter" in methods:
-        _blendfilter(report, data_dir, retriever, items, blend_limit if blend_limit is not None else limit, blend_k,
-                     model, say, order=report.order)
+        for base in bases:
+            _blendfilter(report, retrievers[base], base, items, blend_limit if blend_limit is not None else limit,
+                         blend_k, model, say, order=report.order)
     return report
 
 
@@ -270,32 +353,33 @@ def _encode_all(encoder: Any, retriever: Retriever, items: list[Item], say: Prog
         f"({len(texts) - len(todo)} were in the classifier's store)")
 
 
-def _blendfilter(report: Report, data_dir: Path, retriever: Retriever, items: list[Item], limit: int | None, k: int,
+def _blendfilter(report: Report, retriever: Retriever, base: str, items: list[Item], limit: int | None, k: int,
                  model: str, say: Progress, order: Sequence[str] = DATASETS) -> None:
-    from explorer.runtime import open_engine
+    from explorer.runtime import corpus_facts, open_engine
 
     engine = open_engine(model, progress=say)
     report.model = engine.fingerprint()
-    runtime = Runtime(engine=engine, retriever=retriever, corpus=retriever.describe())  # type: ignore[attr-defined]
+    runtime = Runtime(engine=engine, retriever=retriever, corpus=corpus_facts(retriever, "hotpotqa+musique-dev"))
     chosen = [i for name in order for i in [x for x in items if x.dataset == name][:limit]]
     started = time.perf_counter()
     for n, item in enumerate(chosen, start=1):
         trace = run_question("blendfilter", item.question, runtime, config={"top_k": k},
                              gold={"answers": list(item.answers), "gold_passages": list(item.gold)})
         if trace.status != "complete":
-            report.skipped.append(f"BlendFilter on {item.dataset} {item.qid}: {trace.error}")
+            report.skipped.append(f"BlendFilter ({base}) on {item.dataset} {item.qid}: {trace.error}")
             continue
         scores = answer_scores(trace.answer or "", list(item.answers))
-        report.blend.setdefault(("before", item.dataset), Row()).add(item.gold, selected(trace, "before_filter"))
-        report.blend.setdefault(("after", item.dataset), Row()).add(
-            item.gold, selected(trace), llm_calls=float(trace.costs.llm_calls),
+        before = selected(trace, "before_filter")
+        report.blend.setdefault((base, "before", item.dataset), Row()).add(item.gold, before)
+        report.blend.setdefault((base, "after", item.dataset), Row()).add(
+            item.gold, selected(trace), before, llm_calls=float(trace.costs.llm_calls),
             retrievals=float(trace.costs.retrievals), em=scores["em"], f1=scores["f1"],
             seconds=trace.costs.total_time)
         report.statuses.update(e.payload["status"] for e in trace.of_kind("filter"))
-        say(f"blendfilter {n}/{len(chosen)} ({item.dataset} {item.qid}): {trace.costs.total_time:.1f} s, "
-            f"kept {len(selected(trace))} of {len(selected(trace, 'before_filter'))}")
+        say(f"blendfilter ({base}) {n}/{len(chosen)} ({item.dataset} {item.qid}): {trace.costs.total_time:.1f} s, "
+            f"kept {len(selected(trace))} of {len(before)}")
     report.blend_counts = dict(Counter(i.dataset for i in chosen))
-    report.seconds["blendfilter"] = time.perf_counter() - started
+    report.seconds[f"blendfilter:{base}"] = time.perf_counter() - started
 
 
 # -- markdown ---------------------------------------------------------------------------------------------------
@@ -309,11 +393,40 @@ def _num(x: float, digits: int = 2) -> str:
     return "–" if math.isnan(x) else f"{x:.{digits}f}"
 
 
-STRATEGY_TITLES = {"bm25": "BM25", "qdc": "QDC", "cis": "CIS", "cfs": "CFS"}
+STRATEGY_TITLES = {"bm25": "BM25", "sm": "SM (dense)", "hybrid": "hybrid (RRF)", "qdc": "QDC", "cis": "CIS",
+                   "cfs": "CFS"}
+BASE_TITLES = {"bm25": "BM25", "dense": "SM", "hybrid": "hybrid"}
+
+
+def row_title(label: str) -> str:
+    method, _, base = label.partition(":")
+    title = STRATEGY_TITLES.get(method, method)
+    return f"{title} on {BASE_TITLES.get(base, base)}" if base else title
+
+
+def _ordered_labels(report: Report, rows: dict[tuple[str, int, str], Row]) -> list[str]:
+    present = {key[0] for key in rows}
+    labels = [m for m in TOP_K if m in present]
+    labels += [row_label(m, b) for b in report.bases for m in DRRAG if row_label(m, b) in present]
+    return labels + sorted(present - set(labels))
+
+
+def _retriever_line(report: Report) -> str:
+    parts = []
+    for name, d in report.retrievers.items():
+        if name == "bm25":
+            parts.append("BM25: Lucene variant, k1 = 1.2, b = 0.75")
+        elif name == "dense":
+            parts.append(f"SM (dense): {d.get('embedder')}, cosine, {d.get('index_type')}")
+        else:
+            fusion = d.get("fusion") or {}
+            parts.append(f"hybrid: reciprocal-rank fusion of the two, k = {fusion.get('rrf_k')}, weights "
+                         f"{fusion.get('bm25_weight')} / {fusion.get('dense_weight')}")
+    return "; ".join(parts)
 
 
 def render_markdown(report: Report) -> str:
-    lines = ["# Retrieval metrics: BM25, DR-RAG (QDC, CIS, CFS) and BlendFilter", ""]
+    lines = ["# Retrieval metrics: BM25, SM (dense), DR-RAG (QDC, CIS, CFS) and BlendFilter", ""]
     if report.command:
         lines += [f"Made by `{report.command}` ({time.strftime('%Y-%m-%d')}).", ""]
     counts = ", ".join(f"{report.title(d)} {n}" for d, n in report.counts.items())
@@ -321,46 +434,68 @@ def render_markdown(report: Report) -> str:
               if report.sources else "HotpotQA dev (distractor setting) and MuSiQue dev")
     lines += [f"Corpus: the paragraphs of {pooled} pooled, "
               f"{report.corpus['paragraphs']:,} paragraphs cut into {report.corpus['passages']:,} passages of at most "
-              f"100 words; BM25 (Lucene variant, k1 = 1.2, b = 0.75). Questions: {counts}.", "",
-              "Recall: share of a question's gold paragraphs among the passages kept (a paragraph counts when any "
-              "of its pieces is kept), averaged over questions, in %. *Kept*: passages actually given to the model "
-              "(mean). DR-RAG: k1 = ceil(k/2) stage-1 passages, k2 = "
-              f"{report.k2} new candidates per question + passage query.", ""]
+              f"100 words. Retrievers: {_retriever_line(report)}. Questions: {counts}.", "",
+              "*Recall*: share of a question's gold paragraphs among the passages **given to the model** (a "
+              "paragraph counts when any of its pieces is given), averaged over questions, in %; *given*: how many "
+              "passages that was (mean; the paper's \"actual numbers\"). *Cand. recall* / *cand.*: the same over "
+              "**every candidate retrieved** on the way (DR-RAG's stage-1 list and all stage-2 lists), which is what "
+              "a run's retrieval events hold; for a single top-k search the two are the same. DR-RAG: k1 = ceil(k/2) "
+              f"stage-1 passages, k2 = {report.k2} new candidates per question + passage query.", ""]
     if report.classifier:
         c = report.classifier
-        lines += [f"Pair classifier: {c['model']} at threshold {c['threshold']:.2f} (held-out pair F1 "
-                  f"{_num(c['held_out_f1'] or math.nan, 3)}, accuracy {_num(c['held_out_accuracy'] or math.nan, 3)}; "
-                  "see classifier.md). *Pairs*: classifier calls per question.", ""]
-    methods = [m for m in STRATEGIES if any(key[0] == m for key in report.rows)]
-    if methods:
-        datasets = [d for d in report.order if d in report.counts]
-        head = "| k | strategy | " + " | ".join(f"{report.title(d)} recall | kept | pairs" for d in datasets) + " |"
-        lines += ["## DR-RAG retrieval strategies (the paper's table 4)", "", head,
-                  "|" + "---|" * (2 + 3 * len(datasets))]
+        lines += [f"Pair classifier: {c['model']} at threshold {c['threshold']:.2f} over {c.get('encoder') or '?'} "
+                  f"features (held-out pair F1 {_num(c['held_out_f1'] or math.nan, 3)}, accuracy "
+                  f"{_num(c['held_out_accuracy'] or math.nan, 3)}; see classifier.md). Its features are the same "
+                  "whichever retriever found the passages. *Pairs*: classifier calls per question.", ""]
+    labels = _ordered_labels(report, report.rows)
+    datasets = [d for d in report.order if d in report.counts]
+    if labels:
+        head = "| k | strategy | " + " | ".join(f"{report.title(d)} recall | given | paper recall | paper given"
+                                                for d in datasets) + " |"
+        lines += ["## DR-RAG retrieval strategies beside the paper's table 4", "",
+                  "The paper's columns are its Table 4 (its own corpus and retrievers; QDC, CIS and CFS there are "
+                  "built on SM). Compare rows of the same base retriever.", "", head,
+                  "|" + "---|" * (2 + 4 * len(datasets))]
         for k in report.ks:
-            for m in methods:
+            for label in labels:
+                cells = []
+                method, _, base = label.partition(":")
+                for d in datasets:
+                    row = report.rows.get((label, k, d), Row())
+                    paper = PAPER_TABLE4.get((d, k), {}).get(method) if base in ("", "dense") else None
+                    cells += [_pct(row.mean("recall")), _num(row.mean("kept")),
+                              f"{paper[0]:.2f}" if paper else "", f"{paper[1]:.2f}" if paper else ""]
+                lines.append(f"| {k} | {row_title(label)} | " + " | ".join(cells) + " |")
+        lines.append("")
+        head = "| k | strategy | " + " | ".join(f"{report.title(d)} recall (given) | given | cand. recall | cand. "
+                                                f"| pairs" for d in datasets) + " |"
+        lines += ["### Honest recall: what the model was given against everything retrieved", "", head,
+                  "|" + "---|" * (2 + 5 * len(datasets))]
+        for k in report.ks:
+            for label in labels:
                 cells = []
                 for d in datasets:
-                    row = report.rows.get((m, k, d), Row())
-                    pairs = row.mean("pairs") if m in ("cis", "cfs") else math.nan
-                    cells += [_pct(row.mean("recall")), _num(row.mean("kept")), _num(pairs, 1)]
-                lines.append(f"| {k} | {STRATEGY_TITLES[m]} | " + " | ".join(cells) + " |")
+                    row = report.rows.get((label, k, d), Row())
+                    pairs = row.mean("pairs") if label.split(":")[0] in ("cis", "cfs") else math.nan
+                    cells += [_pct(row.mean("recall")), _num(row.mean("kept")), _pct(row.mean("candidate_recall")),
+                              _num(row.mean("candidates"), 1), _num(pairs, 1)]
+                lines.append(f"| {k} | {row_title(label)} | " + " | ".join(cells) + " |")
         lines.append("")
     if report.heldout_rows:
         counts = ", ".join(f"{report.title(d)} {n}" for d, n in report.heldout_counts.items())
-        datasets = [d for d in report.order if d in report.heldout_counts]
+        held = [d for d in report.order if d in report.heldout_counts]
         lines += ["### The same on the classifier's held-out questions only", "",
-                  "The pair classifier was trained on 80% of these same questions (split by question), so the table "
-                  f"above flatters CIS and CFS. Here only the questions it never saw ({counts}):", "",
-                  "| k | strategy | " + " | ".join(f"{report.title(d)} recall | kept" for d in datasets) + " |",
-                  "|" + "---|" * (2 + 2 * len(datasets))]
+                  "The pair classifier was trained on 80% of these same questions (split by question), so the tables "
+                  f"above flatter CIS and CFS. Here only the questions it never saw ({counts}):", "",
+                  "| k | strategy | " + " | ".join(f"{report.title(d)} recall | given" for d in held) + " |",
+                  "|" + "---|" * (2 + 2 * len(held))]
         for k in report.ks:
-            for m in methods:
+            for label in _ordered_labels(report, report.heldout_rows):
                 cells = []
-                for d in datasets:
-                    row = report.heldout_rows.get((m, k, d), Row())
+                for d in held:
+                    row = report.heldout_rows.get((label, k, d), Row())
                     cells += [_pct(row.mean("recall")), _num(row.mean("kept"))]
-                lines.append(f"| {k} | {STRATEGY_TITLES[m]} | " + " | ".join(cells) + " |")
+                lines.append(f"| {k} | {row_title(label)} | " + " | ".join(cells) + " |")
         lines.append("")
     if report.blend:
         model = (report.model or {}).get("name", "?")
@@ -369,24 +504,31 @@ def render_markdown(report: Report) -> str:
                   f"Model: {model} (the embedded model unless stated). K = {report.blend_k} passages per query. "
                   f"Questions: {counts} (the first of each set). Precision counts an empty selection as 0; "
                   "S-Precision: share of questions whose kept paragraphs are exactly the gold ones.", "",
-                  "| dataset | union | recall | precision | S-Precision | kept |", "|---|---|---|---|---|---|"]
-        for d in report.order:
-            for stage in ("before", "after"):
-                row = report.blend.get((stage, d))
-                if row is None:
-                    continue
-                label = "before filtering" if stage == "before" else "after filtering"
-                lines.append(f"| {report.title(d)} | {label} | {_pct(row.mean('recall'))} | "
-                             f"{_pct(row.mean('precision'))} | {_pct(row.mean('exact'))} | {_num(row.mean('kept'))} |")
-        after = [r for (stage, _), r in report.blend.items() if stage == "after"]
-        pooled = {key: statistics.fmean(v for r in after for v in r.extra.get(key, [])) for key in
-                  ("llm_calls", "retrievals", "em", "f1", "seconds")}
+                  "| retriever | dataset | union | recall | precision | S-Precision | given |",
+                  "|---|---|---|---|---|---|---|"]
+        for base in report.bases:
+            for d in report.order:
+                for stage in ("before", "after"):
+                    row = report.blend.get((base, stage, d))
+                    if row is None:
+                        continue
+                    label = "before filtering" if stage == "before" else "after filtering"
+                    lines.append(f"| {BASE_TITLES.get(base, base)} | {report.title(d)} | {label} | "
+                                 f"{_pct(row.mean('recall'))} | {_pct(row.mean('precision'))} | "
+                                 f"{_pct(row.mean('exact'))} | {_num(row.mean('kept'))} |")
+        lines.append("")
+        for base in report.bases:
+            after = [r for (b, stage, _), r in report.blend.items() if stage == "after" and b == base]
+            if not after:
+                continue
+            pooled = {key: statistics.fmean(v for r in after for v in r.extra.get(key, [])) for key in
+                      ("llm_calls", "retrievals", "em", "f1", "seconds")}
+            lines.append(f"- {BASE_TITLES.get(base, base)}: per question {pooled['llm_calls']:.2f} LLM calls, "
+                         f"{pooled['retrievals']:.2f} retrievals, {pooled['seconds']:.1f} s on this machine; answer "
+                         f"EM {100 * pooled['em']:.1f}, F1 {100 * pooled['f1']:.1f}.")
         total = sum(report.statuses.values()) or 1
         statuses = ", ".join(f"{s} {n} ({100 * n / total:.0f}%)" for s, n in report.statuses.most_common())
-        lines += ["", f"Per question: {pooled['llm_calls']:.2f} LLM calls, {pooled['retrievals']:.2f} retrievals, "
-                      f"{pooled['seconds']:.1f} s on this machine; answer EM {100 * pooled['em']:.1f}, "
-                      f"F1 {100 * pooled['f1']:.1f}.",
-                  f"Filter verdicts as read by the parser: {statuses}.", ""]
+        lines += [f"- Filter verdicts as read by the parser: {statuses}.", ""]
     if report.skipped:
         lines += ["Not measured:", *[f"- {s}" for s in report.skipped], ""]
     timing = ", ".join(f"{m} {s:.1f} s" for m, s in report.seconds.items())

@@ -96,11 +96,18 @@ class EvalSettings:
     sweep: dict[str, Any] | None = None
     batch_size: int = 8
     dataset_format: str | None = None  # the format of every dataset given as a file (None: detected)
+    #: RetrieverConfig.recorded() of the retriever (None: BM25); part of the identity, so one
+    #: evaluation never mixes retrievers and two evaluations can be compared across them.
+    retriever: dict[str, Any] | None = None
+
+    @property
+    def retriever_config(self) -> dict[str, Any]:
+        return dict(self.retriever or {"kind": "bm25"})
 
     def identity(self) -> dict[str, Any]:
         """What must not change between a run and its resume (runs made otherwise would not be comparable)."""
         return {"model": self.model, "corpus": self.corpus, "dtype": self.dtype, "device": self.device,
-                "seed": self.seed}
+                "seed": self.seed, "retriever": self.retriever_config}
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.identity(), "datasets": {d: {"limit": self.limit} for d in self.datasets},
@@ -187,16 +194,22 @@ def _field_names(method: str) -> set[str]:
     return {f.name for f in fields(get_method(method).Config)}
 
 
-def default_name(datasets: list[str], limit: int | None, model: str, corpus: str) -> str:
-    """A name that is the same for the same question set, so a plain rerun resumes (methods can be added)."""
+def default_name(datasets: list[str], limit: int | None, model: str, corpus: str, *, retriever: Any = None) -> str:
+    """A name that is the same for the same question set, so a plain rerun resumes (methods can be added).
+
+    A retriever other than BM25 adds its label (``dense(all-MiniLM-L6-v2)``), so the same command
+    with another ``--retriever`` starts its own evaluation instead of being refused."""
     model_part = model if "/" not in model else model.rstrip("/").rsplit("/", 1)[-1]
-    return f"{'+'.join(datasets)}-{'all' if limit is None else limit}-{model_part}-{corpus}"
+    name = f"{'+'.join(datasets)}-{'all' if limit is None else limit}-{model_part}-{corpus}"
+    label = getattr(retriever, "label", "bm25")
+    return name if label == "bm25" else f"{name}-{label}"
 
 
 # --- resuming -------------------------------------------------------------------------------------
 
 
 def _check_identity(stored: dict[str, Any], settings: EvalSettings) -> None:
+    stored = {"retriever": {"kind": "bm25"}, **stored}  # evaluations stored before retrievers were chosen used BM25
     for key, value in settings.identity().items():
         if key in stored and stored[key] != value:
             raise ExplorerError(f"evaluation {settings.name!r} was run with {key}={stored[key]!r}, "
@@ -392,7 +405,8 @@ def _run_evaluation(settings: EvalSettings, store: Any, *, runtime: Runtime | No
         from explorer.runtime import open_runtime
 
         return open_runtime(settings.model, settings.corpus, dtype=settings.dtype, device=settings.device,
-                            progress=say)
+                            progress=say, retriever=settings.retriever_config.get("kind", "bm25"),
+                            retriever_options={k: v for k, v in settings.retriever_config.items() if k != "kind"})
 
     # Configs resolve against the model's name (its preset); a resume that has nothing left to do
     # takes the name from the stored settings and never loads the model.

@@ -51,6 +51,34 @@ def retrieved_ids(trace: Trace) -> list[str]:
     return list(seen)
 
 
+#: Generations that read passages without writing the answer: DR-RAG's judge, BlendFilter's filter and
+#: query augmentation, SEAKR's re-ranking probes. Passages seen only there were not given to the answer.
+NOT_ANSWERING = frozenset({"judge", "filter", "rerank", "augment"})
+
+
+def given_ids(trace: Trace) -> list[str]:
+    """The retrieved passages that were put in the prompt of a generation that writes the answer.
+
+    Read from the trace alone: a passage counts when its text, as the prompt shows it (``title:
+    text``), appears in such a generation's prompt. DR-RAG retrieves ~10 candidates but gives k;
+    BlendFilter's filter drops some of its union: this is what the model actually read."""
+    prompts = [str(e.payload.get("prompt") or "") for e in trace.of_kind("generation")
+               if e.payload.get("purpose") not in NOT_ANSWERING]
+    blob = "\n".join(p for p in prompts if p)
+    if not blob:
+        return []
+    seen: dict[str, None] = {}
+    for event in trace.of_kind("retrieval"):
+        for hit in event.payload.get("hits") or []:
+            if not isinstance(hit, dict) or not isinstance(hit.get("id"), str) or hit["id"] in seen:
+                continue
+            title, text = str(hit.get("title") or ""), str(hit.get("text") or "")
+            shown = f"{title}: {text}" if title else text
+            if text and shown in blob:
+                seen[hit["id"]] = None
+    return list(seen)
+
+
 def score_trace(trace: Trace) -> dict[str, Any]:
     """One run's answer, retrieval and cost numbers.
 
@@ -73,6 +101,9 @@ def score_trace(trace: Trace) -> dict[str, Any]:
     gold_ids = [g for g in gold.get("gold_passages") or [] if isinstance(g, str)]
     out["passage_recall"] = passage_recall(gold_ids, found)
     out["retrieved_passages"] = len(found)
+    given = given_ids(trace)
+    out["given_recall"] = passage_recall(gold_ids, given)
+    out["given_passages"] = len(given)
     c = trace.costs
     out.update(retrievals=c.retrievals, llm_calls=c.llm_calls, forward_passes=c.forward_passes,
                sampled_sequences=c.sampled_sequences, generated_tokens=c.generated_tokens,
@@ -212,7 +243,8 @@ class EvaluationScores:
     def _cell(self, label: str, dataset: str) -> Cell:
         chosen = [r for r in self.runs if r.label == label and r.dataset == dataset]
         cell = Cell(label=label, dataset=dataset, n=len(chosen), errors=sum(not r.scores["complete"] for r in chosen))
-        for name in (*ANSWER_METRICS, "passage_recall", "retrieved_passages", *COST_METRICS):
+        for name in (*ANSWER_METRICS, "passage_recall", "retrieved_passages", "given_recall", "given_passages",
+                     *COST_METRICS):
             values = [float(r.scores[name]) for r in chosen if r.scores.get(name) is not None]
             cell.means[name] = _mean(values)
             if name == "passage_recall":

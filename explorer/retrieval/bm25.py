@@ -121,6 +121,8 @@ def tokenize_corpus(passages: list[Passage], tokenizer: Tokenizer, *, show_progr
 class BM25Retriever:
     """The Retriever protocol over one corpus, with ``describe()`` for traces and ``passage(id)``."""
 
+    kind = "bm25"
+
     def __init__(self, corpus: Corpus, *, settings: TokenizerSettings | None = None,
                  params: BM25Params | None = None, use_cache: bool = True, progress: Progress | None = None) -> None:
         self.corpus = corpus
@@ -267,12 +269,13 @@ class BM25Retriever:
 
     def describe(self) -> dict:
         """What a trace records about the retriever: enough to know which index answered."""
-        return {"name": self.name, "source": str(self.corpus.source), "format": self.corpus.format,
+        return {"retriever": "bm25", "name": self.name, "source": str(self.corpus.source), "format": self.corpus.format,
                 "passages": len(self.corpus), "documents": self.corpus.documents,
                 "fingerprint": self.corpus.fingerprint, "engine": engine_name(),
                 "scoring": {"variant": self.params.method, "k1": self.params.k1, "b": self.params.b},
                 "tokenizer": self.settings.as_dict(), "vocabulary": len(self._vocab),
-                "index": str(self.index_path) if self.index_path else None}
+                "index": str(self.index_path) if self.index_path else None, "index_fingerprint": self.key,
+                "index_type": "BM25 sparse score matrix (bm25s)", "embedder": None}
 
     def __repr__(self) -> str:
         return f"BM25Retriever({self.name!r}, {self._n:,} passages)"

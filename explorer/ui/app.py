@@ -22,6 +22,7 @@ import gradio as gr  # noqa: E402  (analytics must be off before gradio is impor
 
 from explorer.errors import ExplorerError, public_message  # noqa: E402
 from explorer.eval.question_formats import QUESTION_FORMATS  # noqa: E402
+from explorer.methods.base import method_names  # noqa: E402
 from explorer.paths import ASSETS_DIR  # noqa: E402
 from explorer.store import RunStore  # noqa: E402
 from explorer.ui import api, controls, history_tab, questions, viewblock  # noqa: E402
@@ -43,6 +44,8 @@ class AppSettings:
     model: str = "embedded"
     corpus: str = "demo"
     preload: bool = True
+    retriever: str = "bm25"
+    embedder: str = ""
 
 
 def head_html() -> str:
@@ -105,18 +108,34 @@ def _method_settings(methods: list[str], model: str) -> tuple[dict[str, Any], di
     return variant_inputs, param_inputs
 
 
+def _retargeter(corpus: str):
+    """The loaded engine joined to another retriever of the app's corpus (opened once, then shared)."""
+    def retarget(runtime: Any, kind: str, embedder: str | None) -> Any:
+        from explorer.runtime import runtime_for
+
+        current = runtime.corpus.get("retriever_config") or {"kind": runtime.corpus.get("retriever", "bm25")}
+        wanted = {"kind": kind, "embedder": embedder or "embedded"}
+        if current.get("kind") == kind and (kind == "bm25" or current.get("embedder") == wanted["embedder"]):
+            return runtime
+        return runtime_for(runtime.engine, corpus, retriever=kind, embedder=embedder)
+
+    return retarget
+
+
 def build_app(settings: AppSettings) -> gr.Blocks:
     store = RunStore(settings.db)
+    from explorer.retrieval.choice import KINDS, retriever_config
     from explorer.runtime import open_runtime
 
-    holder = RuntimeHolder(lambda: open_runtime(settings.model, settings.corpus),
-                           describe=f"model {settings.model}, corpus {settings.corpus}")
+    start_choice = retriever_config(settings.retriever, settings.embedder or None)  # a bad option fails at start
+    holder = RuntimeHolder(lambda: open_runtime(settings.model, settings.corpus, retriever=start_choice),
+                           describe=f"model {settings.model}, corpus {settings.corpus}, retriever {start_choice.label}")
     if settings.preload:
         holder.start()
-    controller = RunController(store, holder)
+    controller = RunController(store, holder, retarget=_retargeter(settings.corpus))
     cache = TraceCache(store)
     exports = Exports()
-    methods = controls.method_names()
+    methods = method_names()
     model_name = controls.model_name(settings.model)
     head = head_html()
 
@@ -148,6 +167,15 @@ def build_app(settings: AppSettings) -> gr.Blocks:
                                               placeholder="Type a question, or pick one above (you can edit it)")
                         gold = gr.HTML("", elem_id="gold", js_on_load=None)
                     with gr.Column(scale=2):
+                        with gr.Row(elem_id="retrieval-row"):
+                            gr.Textbox(settings.corpus, label="Corpus", interactive=False, elem_id="corpus",
+                                       scale=2, info="set when the app starts (--corpus)")
+                            retriever = gr.Dropdown(list(KINDS), value=start_choice.kind, label="Retriever",
+                                                    elem_id="retriever", scale=1,
+                                                    info="bm25, dense (sentence embeddings) or hybrid (both, fused)")
+                            embedder = gr.Textbox(settings.embedder or "embedded", label="Embedder",
+                                                  elem_id="embedder", scale=2,
+                                                  info="dense/hybrid: a sentence-transformers folder, or 'embedded'")
                         chosen = gr.CheckboxGroup([(controls.method_label(m), m) for m in methods], value=["dragin"],
                                                   label="Methods (several run one after another, side by side)",
                                                   elem_id="methods")
@@ -210,7 +238,8 @@ def build_app(settings: AppSettings) -> gr.Blocks:
         picked.change(on_pick, [source, picked], [question, gold], api_visibility="private", queue=False)
 
         # -- running ------------------------------------------------------------------------
-        run_inputs = {question, source, picked, chosen, view.signal, *variant_inputs.values(), *param_inputs.values()}
+        run_inputs = {question, source, picked, chosen, view.signal, retriever, embedder, *variant_inputs.values(),
+                      *param_inputs.values()}
         outputs = [view.html, status, view.state, view.run, view.theta]
 
         def on_run(data: dict, request: gr.Request):
@@ -225,8 +254,9 @@ def build_app(settings: AppSettings) -> gr.Blocks:
                 if not text and q is not None and data[source] != questions.TYPED:
                     text = q.question  # picked and run before the text box was filled in
                 gold_info = questions.gold_of(q) if q is not None and q.question.strip() == text else {}
+                choice = retriever_config(data[retriever] or "bm25", (data[embedder] or "").strip() or None)
                 updates = controller.stream(text, specs, gold=gold_info, session=request.session_hash or "anonymous",
-                                            signal=data[view.signal])
+                                            signal=data[view.signal], retriever=choice.kind, embedder=choice.embedder)
                 for update in updates:
                     if update.done:
                         shown = viewblock.Shown(update.run_ids)

@@ -124,9 +124,12 @@ def status_html(text: str, *, error: bool = False) -> str:
 class RunController:
     """Streams runs for one app; keeps one cancel flag per browser session."""
 
-    def __init__(self, store: RunStore, runtime: RuntimeHolder) -> None:
+    def __init__(self, store: RunStore, runtime: RuntimeHolder,
+                 retarget: Callable[[Runtime, str, str | None], Runtime] | None = None) -> None:
         self.store = store
         self.runtime = runtime
+        # (loaded runtime, retriever kind, embedder) -> the same engine over another retriever of the corpus
+        self.retarget = retarget
         self._cancels: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
 
@@ -156,7 +159,7 @@ class RunController:
                             gold=gold, journal=RunJournal(self.store))
 
     def stream(self, question: str, specs: list[RunSpec], *, gold: dict[str, Any] | None, session: str,
-               signal: str = "prob") -> Iterator[Update]:
+               signal: str = "prob", retriever: str | None = None, embedder: str | None = None) -> Iterator[Update]:
         """Run ``specs`` on ``question`` one after another, yielding views as they progress."""
         question = self._check(question)
         cancel = threading.Event()
@@ -166,7 +169,8 @@ class RunController:
                 old.set()
             self._cancels[session] = cancel
         inbox: queue.Queue[tuple[str, int, Any]] = queue.Queue()
-        worker = threading.Thread(target=self._work, args=(question, specs, gold or {}, cancel, inbox),
+        worker = threading.Thread(target=self._work, args=(question, specs, gold or {}, cancel, inbox,
+                                                           (retriever, embedder)),
                                   name="run-worker", daemon=True)
         if not self.runtime.ready:
             yield Update(render_runs([], message=esc(self.runtime.status())), status_html(self.runtime.status()))
@@ -183,9 +187,12 @@ class RunController:
 
     # -- the worker ---------------------------------------------------------------------------------
     def _work(self, question: str, specs: list[RunSpec], gold: dict[str, Any], cancel: threading.Event,
-              inbox: queue.Queue) -> None:
+              inbox: queue.Queue, choice: tuple[str | None, str | None] = (None, None)) -> None:
         try:
             runtime = self.runtime.get()
+            kind, embedder = choice
+            if kind and self.retarget is not None:
+                runtime = self.retarget(runtime, kind, embedder or None)
             for index, spec in enumerate(specs):
                 if cancel.is_set():
                     break

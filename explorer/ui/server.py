@@ -108,6 +108,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="embedded (default), a model folder or a .gguf file (env EXPLORER_MODEL)")
     parser.add_argument("--corpus", default=os.environ.get("EXPLORER_CORPUS", "demo"),
                         help="demo (default), benchmark, or a corpus file/folder (env EXPLORER_CORPUS)")
+    parser.add_argument("--retriever", default=os.environ.get("EXPLORER_RETRIEVER", "bm25"),
+                        choices=("bm25", "dense", "hybrid"),
+                        help="retriever the Run tab starts with: bm25 (default), dense or hybrid "
+                             "(env EXPLORER_RETRIEVER)")
+    parser.add_argument("--embedder", default=os.environ.get("EXPLORER_EMBEDDER", ""),
+                        help="dense/hybrid model: a sentence-transformers folder (default: the bundled "
+                             "all-MiniLM-L6-v2; env EXPLORER_EMBEDDER)")
     parser.add_argument("--auth", default=os.environ.get("EXPLORER_AUTH") or None, metavar="USER:PASSWORD",
                         help="require this login (env EXPLORER_AUTH; recommended whenever --host is not 127.0.0.1)")
     parser.add_argument("--lazy", action="store_true", help="load the model on the first run instead of at start")
@@ -164,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("GRADIO_TEMP_DIR", str(private_temp_dir()))  # before any component exists
         from explorer.ui.app import AppSettings, build_app, launch
 
-        demo = build_app(AppSettings(db=Path(args.db), model=args.model, corpus=args.corpus, preload=not args.lazy))
+        demo = build_app(AppSettings(db=Path(args.db), model=args.model, corpus=args.corpus, preload=not args.lazy,
+                                     retriever=args.retriever, embedder=args.embedder))
         if not args.quiet:
             print(f"runs are stored in {args.db}", flush=True)
         try:

@@ -12,7 +12,7 @@ import difflib
 from explorer.trace import Trace
 from explorer.ui.html import badge, esc, fmt, section, short
 from explorer.ui.panels import costs
-from explorer.ui.panels.header import changed_settings
+from explorer.ui.panels.header import changed_settings, retriever_label
 from explorer.ui.view import TraceView
 
 
@@ -72,6 +72,7 @@ def render(traces: list[Trace]) -> str:
     rows += [
         ("settings", [esc(", ".join(f"{k}={v}" for k, v in changed_settings(t.config, t.method).items()) or "defaults")
                       for t in traces]),
+        ("retriever", [esc(f"{retriever_label(t.corpus)} over {t.corpus.get('name', '?')}") for t in traces]),
         ("answer", [f"<b>{esc(t.answer if t.answer is not None else '–')}</b>" for t in traces]),
         ("retrieved when", [_triggers(v) for v in views]),
         ("queries", ["<ol>" + "".join(f"<li>{esc(short(q.payload.get('text', ''), 200))}</li>"

@@ -37,6 +37,25 @@ def _title(method: str) -> str:
         return method
 
 
+def retriever_label(corpus: dict[str, Any]) -> str:
+    """How a run's retriever reads in a view: ``BM25``, ``dense · all-MiniLM-L6-v2 · exact ...``.
+
+    Runs stored before retrievers could be chosen carry no ``retriever`` fact: they used BM25."""
+    kind = str(corpus.get("retriever") or "bm25")
+    if kind == "bm25":
+        return "BM25"
+    bits = [kind, str(corpus.get("embedder") or "?")]
+    if corpus.get("index_type"):
+        bits.append(str(corpus["index_type"]))
+    fusion = corpus.get("fusion") or {}
+    if kind == "hybrid" and fusion:
+        bits.append(f"RRF k={fusion.get('rrf_k')}, weights {fusion.get('bm25_weight')}/{fusion.get('dense_weight')}")
+    fingerprint = str(corpus.get("index_fingerprint") or "")
+    if fingerprint:
+        bits.append(f"index {fingerprint[:12]}")
+    return " · ".join(bits)
+
+
 def render(view: TraceView, opts: ViewOptions) -> str:
     t = view.trace
     status = badge(t.status, f"status-{t.status}")
@@ -61,6 +80,7 @@ def render(view: TraceView, opts: ViewOptions) -> str:
         costs = f"so far: {tokens} tokens generated, {len(view.retrievals)} retrievals"
     else:
         facts = (f'{esc(t.model.get("name", "?"))} · corpus {esc(t.corpus.get("name", "?"))} · '
+                 f'retriever <span class="dre-retriever">{esc(retriever_label(t.corpus))}</span> · '
                  f'{esc(t.created_at)} · run <code>{esc(t.run_id[:12])}</code>')
         costs = (f"{c.retrievals} retrievals · {c.llm_calls} LLM calls · {c.generated_tokens} tokens "
                  f"({c.discarded_tokens} discarded) · {fmt(c.total_time)} s")
