@@ -249,10 +249,12 @@ def test_the_app_loads_a_question_file_as_a_source(tmp_path: Path) -> None:
 
     table = tmp_path / "bamboogle.csv"
     table.write_text("Question,Answer\nWho founded the zorblax guild?,Ada Quill\n", encoding="utf-8")
-    key = questions.load_file(table)
-    assert key == "File: bamboogle.csv (question-only, 1 questions)" and key in questions.sources()
-    [(label, pick)] = questions.choices(key)
-    q = questions.find(key, pick)
+    mine: questions.Loaded = {}
+    key = questions.load_file(table, loaded=mine)
+    assert key == "File: bamboogle.csv (question-only, 1 questions)" and key in questions.sources(mine)
+    assert key not in questions.sources() and questions.choices(key) == []  # another browser does not see it
+    [(label, pick)] = questions.choices(key, mine)
+    q = questions.find(key, pick, mine)
     assert label == "Who founded the zorblax guild?" and questions.gold_of(q)["answers"] == ["Ada Quill"]
     with pytest.raises(DatasetError) as info:
         questions.load_file(table, "strategyqa")

@@ -112,7 +112,7 @@ def test_own_question_files_are_measured_and_named(tmp_path: Path, monkeypatch: 
     assert report.rows[("bm25", 2, "mine")].mean("recall") > 0.5  # the gold paragraphs share the question's words
     assert report.classifier["path"]  # CFS ran with the classifier found by default (the shipped one here)
     text = render_markdown(report)
-    assert f"mine ({mine.resolve()})" in text and "| 2 | CFS |" in text and "HotpotQA dev" not in text
+    assert f"mine ({mine.resolve()})" in text and "| 2 | CFS on SM |" in text and "HotpotQA dev" not in text
     # the command writes into the current folder, never into the project's results
     results = PROJECT_ROOT / "benchmarks" / "results" / "retrieval_metrics.md"
     before = results.stat().st_mtime_ns if results.exists() else None

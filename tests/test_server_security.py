@@ -35,12 +35,15 @@ def request(url: str, *, data: bytes | None = None, headers: dict[str, str] | No
         return err.code, dict(err.headers), err.read()
 
 
-def upload(url: str) -> int:
+def upload(url: str, *files: tuple[str, str]) -> tuple[int, bytes]:
+    """POST ``files`` ((name, content) pairs; by default one HTML page) to Gradio's upload route."""
     boundary = "----explorer-test"
-    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"evil.html\"\r\n"
-            f"Content-Type: text/html\r\n\r\n<script>alert(1)</script>\r\n--{boundary}--\r\n").encode()
-    return request(url + "gradio_api/upload", data=body,
-                   headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})[0]
+    parts = "".join(f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"{name}\"\r\n"
+                    f"Content-Type: application/octet-stream\r\n\r\n{content}\r\n"
+                    for name, content in files or [("evil.html", "<script>alert(1)</script>")])
+    status, _, body = request(url + "gradio_api/upload", data=(parts + f"--{boundary}--\r\n").encode(),
+                              headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+    return status, body
 
 
 def login(url: str, password: str) -> tuple[int, dict[str, str]]:
@@ -65,12 +68,18 @@ def locked_app(tmp_path_factory):
     app.stop()
 
 
-def test_without_a_login_no_schema_no_upload_no_file_outside_the_app(open_app) -> None:
+def test_without_a_login_no_schema_no_foreign_upload_no_file_outside_the_app(open_app) -> None:
     url = open_app.url
     assert request(url)[0] == 200
     for route in ("openapi.json", "docs", "redoc"):
         assert request(url + route)[0] == 404, route
-    assert upload(url) == 403
+    # the question-file input takes question files only; anything else is refused as it streams in
+    status, body = upload(url)
+    assert status == 403 and b"evil.html" in body and b".jsonl" in body
+    big = "x" * 200_000  # the refused name comes in a later part, after a large accepted one
+    assert upload(url, ("ok.jsonl", big), ("page.svg", "<svg/>"))[0] == 403
+    status, body = upload(url, ("mine.jsonl", '{"question": "Who?", "answer": "x"}'))
+    assert status == 200 and b"mine.jsonl" in body
     for path in ("/etc/passwd", str(open_app.db), str(ROOT / "app.py"), str(ROOT / "explorer" / "store.py"),
                  "../../../../etc/passwd"):
         status = request(url + "gradio_api/file=" + urllib.parse.quote(path))[0]
@@ -88,7 +97,8 @@ def test_with_a_login_every_route_is_closed_until_signed_in(locked_app) -> None:
         assert request(url + route)[0] in (401, 403), route
     for route in ("openapi.json", "docs", "redoc"):
         assert request(url + route)[0] == 404, route
-    assert upload(url) in (401, 403)
+    assert upload(url)[0] in (401, 403)
+    assert upload(url, ("mine.jsonl", "{}"))[0] in (401, 403)
     from gradio_client import Client
 
     with pytest.raises(Exception):  # noqa: B017 - any refusal will do: the client cannot even read the API
@@ -131,7 +141,7 @@ def test_the_throttle_doubles_its_wait_up_to_a_cap() -> None:
 def test_uploads_are_allowed_only_when_a_component_takes_files() -> None:
     import gradio as gr
 
-    from explorer.ui.guard import needs_uploads
+    from explorer.ui.guard import needs_uploads, refused_filename, upload_suffixes
 
     with gr.Blocks() as plain:
         gr.Textbox()
@@ -141,6 +151,9 @@ def test_uploads_are_allowed_only_when_a_component_takes_files() -> None:
     with gr.Blocks() as with_button:
         gr.UploadButton("Load a question file")
     assert not needs_uploads(plain) and needs_uploads(with_file) and needs_uploads(with_button)
+    assert upload_suffixes(with_file) == (".jsonl",) and upload_suffixes(with_button) is None
+    assert refused_filename(b'form-data; name="files"; filename="a.JSONL"\r\n', (".jsonl",)) is None
+    assert refused_filename(b'filename="a.jsonl"\r\n..filename="b.exe"', (".jsonl",)) == "b.exe"
 
 
 # -- options ---------------------------------------------------------------------------------------------

@@ -33,6 +33,11 @@ from explorer.retrieval.formats import load_json, open_text
 CONTAINERS = {".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".tsv": "tsv"}
 
 
+def question_file_types() -> list[str]:
+    """Every file-name ending a question file may have, plain or gzipped (for file pickers)."""
+    return [ending for suffix in CONTAINERS for ending in (suffix, suffix + ".gz")]
+
+
 def container_of(path: Path) -> str:
     name = path.name.lower()
     name = name[:-3] if name.endswith(".gz") else name

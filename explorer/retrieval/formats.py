@@ -56,6 +56,12 @@ def _format_fix() -> str:
     return ("store it in one of the corpus formats (see `python -m explorer corpus info --help`), or convert it: "
             "python -m explorer corpus convert FILE OUT.jsonl --format FORMAT")
 
+def _shape_fix() -> str:
+    """What a record needs, and how to name its layout where the caller can."""
+    name = option("corpus_format")
+    return _SHAPE_FIX + (f"; or name the format with {name} (one of {', '.join(FORMATS)})" if name else "")
+
+
 Record = tuple[str, Any]  # (where, parsed JSON value)
 
 
@@ -281,8 +287,8 @@ def shape_of(where: str, record: Any) -> str:
             return "passages"
         keys = ", ".join(sorted(map(str, record))[:8])
         raise CorpusError(f"cannot tell the format from the keys ({keys}): a passage needs a 'text' key",
-                          where=where, fix=_SHAPE_FIX)
-    raise CorpusError(f"expected a JSON object, found {type(record).__name__}", where=where, fix=_SHAPE_FIX)
+                          where=where, fix=_shape_fix())
+    raise CorpusError(f"expected a JSON object, found {type(record).__name__}", where=where, fix=_shape_fix())
 
 
 # --- {title: [sentences]} and {title: text} ------------------------------------------------------

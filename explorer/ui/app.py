@@ -21,6 +21,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 import gradio as gr  # noqa: E402  (analytics must be off before gradio is imported)
 
 from explorer.errors import ExplorerError, public_message  # noqa: E402
+from explorer.eval.question_files import question_file_types  # noqa: E402
 from explorer.eval.question_formats import QUESTION_FORMATS  # noqa: E402
 from explorer.methods.base import method_names  # noqa: E402
 from explorer.paths import ASSETS_DIR  # noqa: E402
@@ -150,6 +151,7 @@ def build_app(settings: AppSettings) -> gr.Blocks:
                     with gr.Column(scale=3):
                         source = gr.Dropdown(questions.sources(), value=questions.DEMO, label="Question source",
                                              elem_id="question-source")
+                        loaded_files = gr.State({})  # this browser's question files (questions.Loaded)
                         note = questions.data_note()
                         data_note = gr.HTML(_note(note), visible=bool(note), elem_id="data-note", js_on_load=None)
                         picked = gr.Dropdown(questions.choices(questions.DEMO), value=None, label="Pick a question",
@@ -158,6 +160,7 @@ def build_app(settings: AppSettings) -> gr.Blocks:
                             with gr.Row():
                                 question_file = gr.File(label="Question file (.json, .jsonl, .csv, .tsv, .gz)",
                                                         file_count="single", type="filepath",
+                                                        file_types=question_file_types(),
                                                         elem_id="question-file")
                                 question_format = gr.Dropdown(
                                     [questions.AUTO_FORMAT, *QUESTION_FORMATS], value=questions.AUTO_FORMAT,
@@ -204,16 +207,17 @@ def build_app(settings: AppSettings) -> gr.Blocks:
         api.register(controller, store, model_name)
 
         # -- question picking ---------------------------------------------------------------
-        def on_source(src: str) -> tuple[Any, Any, Any]:
+        def on_source(src: str, loaded: questions.Loaded) -> tuple[Any, Any, Any]:
             if src == questions.TYPED:
                 return gr.update(choices=[], value=None, visible=False), gr.update(), ""
             try:
-                return gr.update(choices=questions.choices(src), value=None, visible=True), gr.update(), ""
+                return (gr.update(choices=questions.choices(src, loaded), value=None, visible=True), gr.update(),
+                        "")
             except ExplorerError as exc:
                 return gr.update(choices=[], value=None), gr.update(value=_note(public_message(exc)), visible=True), ""
 
-        def on_pick(src: str, key: str | None) -> tuple[Any, str]:
-            q = questions.find(src, key)
+        def on_pick(src: str, key: str | None, loaded: questions.Loaded) -> tuple[Any, str]:
+            q = questions.find(src, key, loaded)
             if q is None:
                 return gr.update(), ""
             answers = " | ".join(q.answers)
@@ -221,25 +225,30 @@ def build_app(settings: AppSettings) -> gr.Blocks:
             return q.question, (f'<div class="dre-root dre-note">Gold answer: <b>{esc(answers)}</b> · gold passages: '
                                 f"<code>{esc(passages)}</code></div>")
 
-        def on_question_file(path: str | None, fmt: str) -> tuple[Any, Any]:
+        def on_question_file(path: str | None, fmt: str, loaded: questions.Loaded) -> tuple[Any, Any, Any]:
             if not path:
-                return gr.update(), gr.update()
+                return gr.update(), gr.update(), loaded
+            mine = dict(loaded or {})
             try:
-                key = questions.load_file(path, fmt)
+                key = questions.load_file(path, fmt, loaded=mine)
             except ExplorerError as exc:
-                return gr.update(), gr.update(value=_note(exc.message), visible=True)
-            return gr.update(choices=questions.sources(), value=key), gr.update(value="", visible=False)
+                return gr.update(), gr.update(value=_note(exc.message), visible=True), loaded
+            return (gr.update(choices=questions.sources(mine), value=key), gr.update(value="", visible=False),
+                    mine)
 
-        source.change(on_source, source, [picked, data_note, gold], api_visibility="private", queue=False)
-        question_file.upload(on_question_file, [question_file, question_format], [source, data_note],
+        source.change(on_source, [source, loaded_files], [picked, data_note, gold], api_visibility="private",
+                      queue=False)
+        file_inputs = [question_file, question_format, loaded_files]
+        question_file.upload(on_question_file, file_inputs, [source, data_note, loaded_files],
                              api_visibility="private")
-        question_format.change(on_question_file, [question_file, question_format], [source, data_note],
+        question_format.change(on_question_file, file_inputs, [source, data_note, loaded_files],
                                api_visibility="private")
-        picked.change(on_pick, [source, picked], [question, gold], api_visibility="private", queue=False)
+        picked.change(on_pick, [source, picked, loaded_files], [question, gold], api_visibility="private",
+                      queue=False)
 
         # -- running ------------------------------------------------------------------------
-        run_inputs = {question, source, picked, chosen, view.signal, retriever, embedder, *variant_inputs.values(),
-                      *param_inputs.values()}
+        run_inputs = {question, source, picked, loaded_files, chosen, view.signal, retriever, embedder,
+                      *variant_inputs.values(), *param_inputs.values()}
         outputs = [view.html, status, view.state, view.run, view.theta]
 
         def on_run(data: dict, request: gr.Request):
@@ -249,7 +258,7 @@ def build_app(settings: AppSettings) -> gr.Blocks:
                 specs = controls.build_specs(ticked,
                                              {m: data[c] for m, c in variant_inputs.items()},
                                              {k: data[c] for k, c in param_inputs.items()}, model=model_name)
-                q = questions.find(data[source], data[picked])
+                q = questions.find(data[source], data[picked], data[loaded_files])
                 text = (data[question] or "").strip()
                 if not text and q is not None and data[source] != questions.TYPED:
                     text = q.question  # picked and run before the text box was filled in
@@ -296,10 +305,11 @@ def launch(demo: gr.Blocks, *, host: str, port: int, auth: tuple[str, str] | Non
     """
     from starlette.middleware import Middleware
 
-    from explorer.ui.guard import MAX_UPLOAD, Guard, GuardSettings, needs_uploads
+    from explorer.ui.guard import MAX_UPLOAD, Guard, GuardSettings, needs_uploads, upload_suffixes
 
     allow = needs_uploads(demo) if uploads is None else uploads
-    guard = Middleware(Guard, settings=GuardSettings(uploads=allow, login=auth is not None))
+    guard = Middleware(Guard, settings=GuardSettings(uploads=allow, login=auth is not None,
+                                                     upload_suffixes=upload_suffixes(demo)))
     demo.queue(default_concurrency_limit=4, max_size=64).launch(
         server_name=host, server_port=port, auth=auth, show_error=False, quiet=quiet, ssr_mode=False,
         footer_links=["api"], pwa=False, mcp_server=False, css_paths=css_paths(), theme=gr.themes.Default(),

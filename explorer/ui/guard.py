@@ -3,7 +3,10 @@ schemas, and password guessing.
 
 * Uploads (``/gradio_api/upload`` and the other routes that take files) are refused unless the
   app has a component that takes a file: :func:`needs_uploads` decides, and ``launch(uploads=)``
-  can say so explicitly. This is the one place that policy lives.
+  can say so explicitly. When uploads are on and every file-taking component names its file
+  types, a file whose name ends otherwise is refused as it streams in (Gradio itself checks the
+  type only when the file is used, after it is already stored). This is the one place that
+  policy lives.
 * ``/openapi.json``, ``/docs`` and ``/redoc`` list every route of the server: closed. (Gradio's
   own API page for ``gradio_client`` stays, behind the login when there is one.)
 * With a login, each client address gets :data:`FREE_ATTEMPTS` wrong passwords; after that it
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -43,12 +47,38 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
+def _upload_blocks(blocks: Any) -> list[Any]:
+    return [block for block in getattr(blocks, "blocks", {}).values()
+            if type(block).__name__ in UPLOAD_COMPONENTS and getattr(block, "interactive", None) is not False]
+
+
 def needs_uploads(blocks: Any) -> bool:
     """True when the app has a file-taking component a user can use (an interactive File, Image, ...)."""
-    for block in getattr(blocks, "blocks", {}).values():
-        if type(block).__name__ in UPLOAD_COMPONENTS and getattr(block, "interactive", None) is not False:
-            return True
-    return False
+    return bool(_upload_blocks(blocks))
+
+
+def upload_suffixes(blocks: Any) -> tuple[str, ...] | None:
+    """The file-name endings the app's file inputs accept (lower case), or None when any input takes
+    any file (no ``file_types``, or a category such as ``"image"`` that names no ending)."""
+    suffixes: list[str] = []
+    for block in _upload_blocks(blocks):
+        types = getattr(block, "file_types", None)
+        if not types or any(not str(kind).startswith(".") for kind in types):
+            return None
+        suffixes.extend(str(kind).lower() for kind in types)
+    return tuple(dict.fromkeys(suffixes)) or None
+
+
+_FILENAME = re.compile(rb'filename\*?="?([^";\r\n]*)', re.IGNORECASE)
+
+
+def refused_filename(chunk: bytes, suffixes: tuple[str, ...]) -> str | None:
+    """The first file name in a multipart chunk whose ending is not one of ``suffixes``, if any."""
+    for match in _FILENAME.finditer(chunk):
+        name = match.group(1).decode("utf-8", "replace").strip()
+        if name and not name.lower().endswith(suffixes):
+            return name
+    return None
 
 
 class LoginThrottle:
@@ -86,6 +116,8 @@ class LoginThrottle:
 class GuardSettings:
     uploads: bool = False
     login: bool = False
+    #: With uploads on: the file-name endings accepted (None: any).
+    upload_suffixes: tuple[str, ...] | None = None
 
 
 def _path(scope: Scope) -> str:
@@ -125,10 +157,54 @@ class Guard:
                 path in UPLOAD_ROUTES or path.startswith(UPLOAD_PREFIXES)):
             await _refuse(send, 403, "this app takes no file uploads")
             return
+        if (method == "POST" and self.settings.uploads and self.settings.upload_suffixes
+                and (path in UPLOAD_ROUTES or path.startswith(UPLOAD_PREFIXES))):
+            await self._upload(scope, receive, send, self.settings.upload_suffixes)
+            return
         if method == "POST" and self.settings.login and path in LOGIN_ROUTES:
             await self._login(scope, receive, send)
             return
         await self.app(scope, receive, send)
+
+    async def _upload(self, scope: Scope, receive: Receive, send: Send, suffixes: tuple[str, ...]) -> None:
+        """Pass the upload through while watching its part headers; at the first file name with
+        another ending, tell the app the client left (so it stops reading and drops the partial
+        file) and answer 403 ourselves. The last bytes of each chunk are kept so a header split
+        across two chunks is still seen."""
+        refused: list[str] = []
+        tail = b""
+        started = False
+
+        async def watched() -> dict[str, Any]:
+            nonlocal tail
+            if refused:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message.get("type") == "http.request":
+                body = message.get("body", b"")
+                name = refused_filename(tail + body, suffixes)
+                if name is not None:
+                    refused.append(name)
+                    return {"type": "http.disconnect"}
+                tail = body[-512:]
+            return message
+
+        async def held(message: dict[str, Any]) -> None:
+            nonlocal started
+            if refused:
+                return
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, watched, held)
+        except Exception:
+            if not refused:
+                raise
+        if refused and not started:
+            await _refuse(send, 403, f"'{refused[0][:120]}' is not a file this app takes; it accepts "
+                                     + ", ".join(suffixes))
 
     async def _login(self, scope: Scope, receive: Receive, send: Send) -> None:
         client = (scope.get("client") or ("unknown", 0))[0]

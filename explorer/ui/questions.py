@@ -11,7 +11,6 @@ after the file.
 
 from __future__ import annotations
 
-import threading
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -48,32 +47,33 @@ def benchmark_names() -> list[str]:
     return out
 
 
-_files: dict[str, tuple[Question, ...]] = {}
-_files_lock = threading.Lock()
+#: Question files a browser loaded, by source name. Kept per browser session (in a ``gr.State``)
+#: so one visitor's file never appears in another's menu.
+Loaded = dict[str, tuple[Question, ...]]
 
 
-def sources() -> list[str]:
-    with _files_lock:
-        loaded = list(_files)
-    return [TYPED, DEMO, CASES] + [DATASET_PREFIX + n for n in benchmark_names()] + loaded
+def sources(loaded: Loaded | None = None) -> list[str]:
+    """The question sources to offer: built-in ones, benchmark files present, then this browser's files."""
+    return [TYPED, DEMO, CASES] + [DATASET_PREFIX + n for n in benchmark_names()] + list(loaded or {})
 
 
-def load_file(path: str | Path, fmt: str | None = None, *, name: str | None = None) -> str:
-    """Read a question file (format detected unless ``fmt``) and offer it as a source; returns the source's name.
+def load_file(path: str | Path, fmt: str | None = None, *, name: str | None = None,
+              loaded: Loaded | None = None) -> str:
+    """Read a question file (format detected unless ``fmt``) into ``loaded``; returns the source's name.
 
     Errors are :class:`~explorer.errors.DatasetError` naming the file, the line and the fix (in the
     app's own words: the Format menu, not a command-line option)."""
     with using(APP_HINTS):
         source = resolve_source(str(path), fmt=None if not fmt or fmt == AUTO_FORMAT else fmt)
-        loaded = tuple(source.load(DATASET_LIMIT))
-    if not loaded:
+        found = tuple(source.load(DATASET_LIMIT))
+    if not found:
         from explorer.errors import DatasetError
 
         raise DatasetError(f"{Path(path).name} holds no questions", fix="load a file with at least one question")
-    key = f"{FILE_PREFIX}{name or Path(path).name} ({source.title}, {len(loaded)} questions)"
-    with _files_lock:
-        _files.pop(key, None)
-        _files[key] = loaded
+    key = f"{FILE_PREFIX}{name or Path(path).name} ({source.title}, {len(found)} questions)"
+    if loaded is not None:
+        loaded.pop(key, None)
+        loaded[key] = found
     return key
 
 
@@ -96,30 +96,30 @@ def _load(source: str) -> tuple[Question, ...]:
     return ()
 
 
-def _questions(source: str) -> tuple[Question, ...]:
-    with _files_lock:
-        loaded = _files.get(source)
-    return loaded if loaded is not None else _load(source)
+def _questions(source: str, loaded: Loaded | None = None) -> tuple[Question, ...]:
+    if source.startswith(FILE_PREFIX):
+        return (loaded or {}).get(source, ())
+    return _load(source)
 
 
-def questions(source: str) -> list[Question]:
-    return list(_questions(source))
+def questions(source: str, loaded: Loaded | None = None) -> list[Question]:
+    return list(_questions(source, loaded))
 
 
-def choices(source: str) -> list[tuple[str, str]]:
+def choices(source: str, loaded: Loaded | None = None) -> list[tuple[str, str]]:
     """(label, key) pairs for a dropdown; the key finds the question again with :func:`find`."""
     out = []
-    for q in _questions(source):
+    for q in _questions(source, loaded):
         case = q.extra.get("case_study") if source == CASES else None
         label = (f"[{case}] " if case else "") + q.question
         out.append((label if len(label) <= 140 else label[:139] + "…", f"{q.dataset}:{q.id}"))
     return out
 
 
-def find(source: str, key: str | None) -> Question | None:
+def find(source: str, key: str | None, loaded: Loaded | None = None) -> Question | None:
     if not key:
         return None
-    return next((q for q in _questions(source) if f"{q.dataset}:{q.id}" == key), None)
+    return next((q for q in _questions(source, loaded) if f"{q.dataset}:{q.id}" == key), None)
 
 
 def gold_of(question: Question | None) -> dict[str, Any]:
