@@ -13,14 +13,17 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from explorer.cli import MODEL_HELP, add_attn_option
+
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
     """Options shared by ``eval`` and ``sweep``: where questions, model, corpus and runs come from."""
     parser.add_argument("--limit", type=int, default=None, help="first N questions of each dataset (default: all)")
-    parser.add_argument("--model", default="embedded", help="embedded (default), a model folder or a .gguf file")
+    parser.add_argument("--model", default="embedded", help=MODEL_HELP)
     parser.add_argument("--corpus", default="benchmark", help="benchmark (default), demo, or a corpus file/folder")
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or mps")
     parser.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or float16")
+    add_attn_option(parser)
     parser.add_argument("--name", default=None, help="evaluation name (default: from datasets, limit, model, corpus)")
     parser.add_argument("--db", default=None, help="run database (default: the app's run database, EXPLORER_DB)")
     parser.add_argument("--data", default=None, help="benchmark data folder (default: ../shared/data)")
@@ -92,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     name = args.name or default_name(datasets, args.limit, args.model, args.corpus)
     settings = EvalSettings(name=name, datasets=datasets, arms=arms, limit=args.limit, model=args.model,
                             corpus=args.corpus, dtype=args.dtype, device=args.device, seed=args.seed,
-                            data_dir=args.data, batch_size=args.batch)
+                            data_dir=args.data, batch_size=args.batch, attn=args.attn)
     store = open_store(args.db)
     print(f"evaluation {name!r} in {store.path}", file=sys.stderr)
     with stop_on_terminate():

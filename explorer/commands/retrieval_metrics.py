@@ -1,7 +1,7 @@
 """``python -m explorer retrieval-metrics``: recall of BM25, QDC, CIS and CFS at k = 3, 4, 6, and BlendFilter's
 recall, precision and S-Precision before and after its filter, on HotpotQA and MuSiQue dev.
 
-Prints markdown and writes it to ``--out`` (benchmarks/results/retrieval_metrics.md by default).
+Prints markdown and writes it to ``--out`` (reports/retrieval_metrics.md under the current folder by default).
 BlendFilter runs the model, so ``--blendfilter-limit`` can keep it to the first N questions of each set.
 """
 
@@ -13,9 +13,8 @@ import sys
 from pathlib import Path
 
 from explorer.errors import ConfigError
-from explorer.paths import PROJECT_ROOT
 
-DEFAULT_OUT = PROJECT_ROOT / "benchmarks" / "results" / "retrieval_metrics.md"
+DEFAULT_OUT = Path("reports") / "retrieval_metrics.md"
 
 
 def _ints(text: str) -> list[int]:

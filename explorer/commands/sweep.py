@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
                          f"-{args.corpus}")
     settings = EvalSettings(name=name, datasets=datasets, arms=arms, limit=args.limit, model=args.model,
                             corpus=args.corpus, dtype=args.dtype, device=args.device, seed=args.seed,
-                            data_dir=args.data, batch_size=args.batch,
+                            data_dir=args.data, batch_size=args.batch, attn=args.attn,
                             sweep={"method": arms[0].method, "variant": arms[0].variant, "param": args.param,
                                    "values": [a.given[args.param] for a in arms]})
     store = open_store(args.db)

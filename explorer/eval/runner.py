@@ -90,6 +90,8 @@ class EvalSettings:
     data_dir: str | None = None
     sweep: dict[str, Any] | None = None
     batch_size: int = 8
+    #: Attention backend (``--attn``); not part of the identity: backends agree to float rounding.
+    attn: str = "auto"
 
     def identity(self) -> dict[str, Any]:
         """What must not change between a run and its resume (runs made otherwise would not be comparable)."""
@@ -99,7 +101,7 @@ class EvalSettings:
     def to_dict(self) -> dict[str, Any]:
         return {**self.identity(), "datasets": {d: {"limit": self.limit} for d in self.datasets},
                 "arms": [{"method": a.method, "variant": a.variant, "set": a.given} for a in self.arms],
-                "sweep": self.sweep, "data_dir": self.data_dir}
+                "sweep": self.sweep, "data_dir": self.data_dir, "attn": self.attn}
 
 
 # --- parsing what users type ----------------------------------------------------------------------
@@ -343,7 +345,7 @@ def run_evaluation(settings: EvalSettings, store: Any, *, runtime: Runtime | Non
         from explorer.runtime import open_runtime
 
         return open_runtime(settings.model, settings.corpus, dtype=settings.dtype, device=settings.device,
-                            progress=say)
+                            attn=settings.attn, progress=say)
 
     # Configs resolve against the model's name (its preset); a resume that has nothing left to do
     # takes the name from the stored settings and never loads the model.

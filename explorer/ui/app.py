@@ -42,6 +42,7 @@ class AppSettings:
     model: str = "embedded"
     corpus: str = "demo"
     preload: bool = True
+    attn: str = "auto"
 
 
 def head_html() -> str:
@@ -108,7 +109,7 @@ def build_app(settings: AppSettings) -> gr.Blocks:
     store = RunStore(settings.db)
     from explorer.runtime import open_runtime
 
-    holder = RuntimeHolder(lambda: open_runtime(settings.model, settings.corpus),
+    holder = RuntimeHolder(lambda: open_runtime(settings.model, settings.corpus, attn=settings.attn),
                            describe=f"model {settings.model}, corpus {settings.corpus}")
     if settings.preload:
         holder.start()
