@@ -1,8 +1,8 @@
 """Choosing the attention backend (``--attn``), hub ids from the Hugging Face cache, and the words that go with them.
 
 A backend whose kernels never materialise attention weights (flash attention on a GPU) is
-stood in for by a real kernel registered with transformers' AttentionInterface that runs sdpa
-and returns no weights, which is exactly what flash attention gives the explorer. Methods that
+stood in for by a real kernel registered with transformers' AttentionInterface that runs the
+family's own attention and returns no weights, which is what flash attention gives the explorer. Methods that
 need no attention must run on it; DRAGIN must stop with a fix the user can type.
 """
 
@@ -22,22 +22,23 @@ from explorer.engine.tiny import tiny_model
 from explorer.errors import ModelError
 from explorer.methods.base import Runtime, run_question
 
-WEIGHTLESS = "weightless-sdpa"
+WEIGHTLESS = "no-weights-kernel"
 QUESTION = "Which actress from SuperMansion had a recurring role on Workaholics?"
 SHORT = {"max_length": 10, "fewshot": 1, "answer_tokens": 4}
 
 
 def _register_weightless() -> None:
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
     from transformers.modeling_utils import AttentionInterface
 
+    from explorer.engine.attention import eager_for
+
     def weightless(module, query, key, value, attention_mask, **kwargs):
-        out, _ = sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+        out, _ = eager_for(module)(module, query, key, value, attention_mask, **kwargs)  # the family's own kernel
         return out, None
 
     AttentionInterface.register(WEIGHTLESS, weightless)
-    AttentionMaskInterface.register(WEIGHTLESS, sdpa_mask)
+    AttentionMaskInterface.register(WEIGHTLESS, eager_mask)
 
 
 @pytest.fixture(scope="module")

@@ -41,7 +41,7 @@ PROBED = {"sdpa": "explorer-sdpa", "eager": "explorer-eager"}
 _registered = False
 
 
-def _eager_for(module: nn.Module) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+def eager_for(module: nn.Module) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
     """The architecture's own eager attention function (Gemma's soft-cap, GPT-OSS's sinks...)."""
     owner = sys.modules.get(type(module).__module__)
     fn = getattr(owner, "eager_attention_forward", None)
@@ -71,14 +71,14 @@ def _make_impl(base: str) -> Callable[..., tuple[torch.Tensor, Any]]:
         probe: AttentionProbe | None = getattr(module, "_explorer_probe", None)
         if probe is not None and probe.active:
             mask = _additive(attention_mask, query, key) if base == "sdpa" else attention_mask
-            out, weights = _eager_for(module)(module, query, key, value, mask, **kwargs)
+            out, weights = eager_for(module)(module, query, key, value, mask, **kwargs)
             probe.receive(weights)
             return out, weights
         if base == "sdpa":
             from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
             return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
-        return _eager_for(module)(module, query, key, value, attention_mask, **kwargs)
+        return eager_for(module)(module, query, key, value, attention_mask, **kwargs)
 
     return attention
 

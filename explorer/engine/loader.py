@@ -321,6 +321,9 @@ def _load_weights(resolved: _Resolved, spec: str, dtype: str, device: str, attn:
         raise _os_error(resolved, spec, exc) from exc
     except ValueError as exc:
         raise _value_error(resolved, spec, attn, exc) from exc
+    except KeyError as exc:  # families with their own attention classes (Falcon) have none for other backends
+        raise ModelError(f"{spec} cannot run with --attn {attn}: the model has no {exc} attention",
+                         fix=_ATTN_REFUSED_FIX) from exc
     except ImportError as exc:
         raise ModelError(f"loading {spec} with --attn {attn or 'auto'} needs a package that is missing: "
                          f"{first_line(exc)}", fix="install it, or use --attn auto") from exc
@@ -335,6 +338,10 @@ def _os_error(resolved: _Resolved, spec: str, exc: OSError) -> ModelError:
                       fix="check the folder is complete (config.json, weights, tokenizer files) and readable")
 
 
+_ATTN_REFUSED_FIX = ("use --attn auto (it picks a backend this model supports, eager where sdpa is not) or "
+                     "--attn eager; EXPLORER_ATTN sets it for the app")
+
+
 def _value_error(resolved: _Resolved, spec: str, attn: str | None, exc: ValueError) -> ModelError:
     text = str(exc)
     if "AutoModelForCausalLM" in text or "Unrecognized configuration class" in text:
@@ -343,9 +350,7 @@ def _value_error(resolved: _Resolved, spec: str, attn: str | None, exc: ValueErr
         return ModelError(f"{spec!r} is neither an existing path nor a valid hub id",
                           fix="check the spelling, or use 'embedded'")
     if "attn" in text.lower() or "attention" in text.lower():
-        return ModelError(f"{spec} cannot run with --attn {attn or 'auto'}: {first_line(exc)}",
-                          fix="use --attn auto (it picks a backend this model supports, eager where sdpa is not) "
-                              "or --attn eager; EXPLORER_ATTN sets it for the app")
+        return ModelError(f"{spec} cannot run with --attn {attn or 'auto'}: {first_line(exc)}", fix=_ATTN_REFUSED_FIX)
     return ModelError(f"cannot load {spec}: {first_line(exc)}",
                       fix="check the model files, or use 'embedded' for the packaged model")
 
