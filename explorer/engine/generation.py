@@ -356,7 +356,7 @@ class Engine:
         if not 0 <= index < len(gen.ids):
             raise IndexError(f"token {index} is outside the span of {len(gen.ids)} tokens")
         total = len(gen.prompt_ids) + index + 1
-        if any(getattr(gen._cache, "is_sliding", None) or ()):
+        if not _can_roll_back(gen._cache):
             # A windowed cache has dropped the keys a rollback would need; one pass over the
             # context up to the token gives the same row (the mask applies the same window).
             ids = list(gen.prompt_ids) + gen.ids[:index + 1]
@@ -467,6 +467,15 @@ class Detokenizer:
             piece = full[len(self.text):] if len(full) > len(self.text) else ""
         self.text += piece
         return piece
+
+
+def _can_roll_back(cache: Any) -> bool:
+    """Whether ``crop`` can take the cache back: not once a sliding layer has filled its window."""
+    for layer in getattr(cache, "layers", ()):
+        window = getattr(layer, "sliding_window", None) if getattr(layer, "is_sliding", False) else None
+        if window is not None and layer.get_seq_length() >= window:
+            return False
+    return True
 
 
 def _special_prefix(tokenizer: Any) -> list[int]:
