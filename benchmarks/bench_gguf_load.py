@@ -52,12 +52,16 @@ def measure(key: str, repeats: int) -> list[str]:
                   "import sys, torch; from transformers import AutoModelForCausalLM, AutoTokenizer; "
                   "AutoModelForCausalLM.from_pretrained(sys.argv[1], gguf_file=sys.argv[2], dtype=torch.float32); "
                   "AutoTokenizer.from_pretrained(sys.argv[1], gguf_file=sys.argv[2])", str(gguf.parent), gguf.name]
+        mib = gguf.stat().st_size / 2**20
         first = _timed(info, env)
+        print(f"{model.name}: first load {first:.1f} s", file=sys.stderr, flush=True)
         seconds = [_timed(info, env) for _ in range(repeats)]
+        print(f"{model.name}: second loads {', '.join(f'{x:.1f}' for x in seconds)} s", file=sys.stderr, flush=True)
         plain = _timed(direct, env)
+        print(f"{model.name}: straight GGUF load {plain:.1f} s", file=sys.stderr, flush=True)
     second = sorted(seconds)[len(seconds) // 2]
     ratio = first / second
-    return [f"| {model.name} ({model.quantization}, {gguf.stat().st_size / 2**20:.0f} MiB) | {plain:.1f} | "
+    return [f"| {model.name} ({model.quantization}, {mib:.0f} MiB) | {plain:.1f} | "
             f"{first:.1f} | {second:.1f} | **{ratio:.1f}x** | {'met' if ratio >= TARGET else 'NOT met'} |"]
 
 
