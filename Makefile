@@ -1,11 +1,14 @@
 # Two entry points do all set-up on a fresh machine:  `make run`  and  `make test`.
 # Both create .venv, install torch==2.13.0 first (so no other torch build is pulled in), then
-# the project's requirements, then fetch and convert the embedded model once.
+# the project's requirements and the project itself (editable: the `explorer` command), then fetch
+# and convert the two embedded models once (SmolLM2-135M-Instruct and Gemma-3-270M).
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
+# The project itself, installed editable so the `explorer` command works from any folder.
+EDITABLE := $(VENV)/.editable
 # The test suite keeps its caches (converted model, indexes) inside the checkout.
 TEST_ENV := EXPLORER_CACHE=$(CURDIR)/.cache HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
@@ -18,13 +21,17 @@ $(STAMP): requirements.txt requirements-dev.txt
 	$(PIP) install --quiet -r requirements.txt -r requirements-dev.txt
 	touch $(STAMP)
 
-install: $(STAMP)
+$(EDITABLE): $(STAMP) pyproject.toml
+	$(PIP) install --quiet --no-deps --no-build-isolation -e .
+	touch $(EDITABLE)
+
+install: $(STAMP) $(EDITABLE)
 
 model: install
-	$(PY) -m explorer model fetch
+	$(PY) -m explorer model fetch --model all
 
 test-model: install
-	$(TEST_ENV) $(PY) -m explorer model fetch
+	$(TEST_ENV) $(PY) -m explorer model fetch --model all
 
 # Debian's chromium for the browser tests (never a downloaded browser build).
 browser:

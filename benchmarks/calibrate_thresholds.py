@@ -27,7 +27,7 @@ def _quantiles(values: list[float]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="embedded")
+    parser.add_argument("--model", default="embedded", help="model spec (embedded, gemma3-270m, a folder...)")
     parser.add_argument("--limit", type=int, default=41)
     parser.add_argument("--max-length", type=int, default=100)
     parser.add_argument("--seakr-questions", type=int, default=12,

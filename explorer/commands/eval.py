@@ -13,6 +13,8 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from explorer.cli import MODEL_HELP, add_attn_option
+
 DATASET_HELP = ("benchmark names (hotpotqa, musique, 2wiki, nq, strategyqa, demo) or question files (.json, .jsonl, "
                 ".csv, .tsv; format detected), comma-separated or repeated; NAME=PATH files a file under NAME")
 # What the options are called on eval and sweep, for messages that suggest one (explorer.options).
@@ -22,13 +24,14 @@ RUN_HINTS = {"dataset_format": "--format", "dataset": "--dataset", "data_dir": "
 def add_run_options(parser: argparse.ArgumentParser) -> None:
     """Options shared by ``eval`` and ``sweep``: where questions, model, corpus and runs come from."""
     parser.add_argument("--limit", type=int, default=None, help="first N questions of each dataset (default: all)")
-    parser.add_argument("--model", default="embedded", help="embedded (default), a model folder or a .gguf file")
+    parser.add_argument("--model", default="embedded", help=MODEL_HELP)
     parser.add_argument("--corpus", default="benchmark", help="benchmark (default), demo, or a corpus file/folder")
     from explorer.retrieval.choice import add_retriever_arguments
 
     add_retriever_arguments(parser)
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or mps")
     parser.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or float16")
+    add_attn_option(parser)
     parser.add_argument("--name", default=None, help="evaluation name (default: from datasets, limit, model, corpus)")
     parser.add_argument("--db", default=None, help="run database (default: the app's run database, EXPLORER_DB)")
     parser.add_argument("--data", default=None, help="benchmark data folder for benchmark names (default: "
@@ -124,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     settings = EvalSettings(name=name, datasets=[s.spec for s in sources], arms=arms, limit=args.limit,
                             model=args.model, corpus=args.corpus, dtype=args.dtype, device=args.device, seed=args.seed,
                             data_dir=args.data, batch_size=args.batch, dataset_format=args.dataset_format,
-                            retriever=retriever.recorded())
+                            retriever=retriever.recorded(), attn=args.attn)
     store = open_store(args.db)
     print(f"evaluation {name!r} in {store.path}", file=sys.stderr)
     with stop_on_terminate():

@@ -10,6 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from explorer.cli import MODEL_HELP, add_attn_option
 from explorer.config import parse_assignments
 from explorer.paths import check_output_file, write_text_file
 
@@ -26,9 +27,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--question", required=True, help="the question to answer")
     parser.add_argument("--corpus", default="demo", help="demo (default), benchmark, or a corpus file/folder")
     add_retriever_arguments(parser)
-    parser.add_argument("--model", default="embedded", help="embedded (default), a model folder or a .gguf file")
+    parser.add_argument("--model", default="embedded", help=MODEL_HELP)
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or mps")
     parser.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or float16")
+    add_attn_option(parser)
     parser.add_argument("--set", dest="settings", action="append", default=[], metavar="NAME=VALUE",
                         help="a config value, e.g. --set threshold=0.3 (repeatable); "
                              "`python -m explorer methods NAME` lists them")
@@ -49,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     store = check_before_loading(args)
     resolve_config(args.method, args.variant, None, given)  # validate before loading anything
     retriever = config_from_args(args)
-    runtime = open_runtime(args.model, args.corpus, dtype=args.dtype, device=args.device,
+    runtime = open_runtime(args.model, args.corpus, dtype=args.dtype, device=args.device, attn=args.attn,
                            progress=lambda m: print(m, file=sys.stderr, flush=True), retriever=retriever)
     journal = RunJournal(store) if store is not None else None
     # The values as given: the run resolves them with the model's preset, as the app and the evaluation do.

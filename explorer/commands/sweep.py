@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     settings = EvalSettings(name=name, datasets=[s.spec for s in sources], arms=arms, limit=args.limit,
                             model=args.model, corpus=args.corpus, dtype=args.dtype, device=args.device, seed=args.seed,
                             data_dir=args.data, batch_size=args.batch, dataset_format=args.dataset_format,
-                            retriever=retriever.recorded(),
+                            retriever=retriever.recorded(), attn=args.attn,
                             sweep={"method": arms[0].method, "variant": arms[0].variant, "param": args.param,
                                    "values": [a.given[args.param] for a in arms]})
     from explorer.paths import check_creatable

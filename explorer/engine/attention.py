@@ -12,13 +12,23 @@ matrix is never built unless a caller asks for it.
 
 Models whose attention does not go through the interface fall back to ``output_attentions``
 (eager everywhere); :attr:`AttentionProbe.mode` says which path a model uses, and the trace's
-model fingerprint records it.
+model fingerprint records it. Backends that never materialise weights (flash attention, flex
+attention) leave the probe off: methods that need no attention run on them unchanged, and a
+method that does gets an error naming the ``--attn`` setting that works.
+
+A row's columns are not always the whole context. A sliding-window (or chunked) layer keeps only
+its last W keys in the KV cache, so a generated token's row has W columns, the last of which is
+the token itself; a cache with sink tokens keeps its first few positions as well.
+:func:`absolute_row` puts a row back on the context's absolute positions, with 0 attention where
+the layer cannot look (which is what the layer computes), and :func:`probed_window` reads the
+window of the probed layer so the trace can say it.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -31,7 +41,7 @@ PROBED = {"sdpa": "explorer-sdpa", "eager": "explorer-eager"}
 _registered = False
 
 
-def _eager_for(module: nn.Module) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+def eager_for(module: nn.Module) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
     """The architecture's own eager attention function (Gemma's soft-cap, GPT-OSS's sinks...)."""
     owner = sys.modules.get(type(module).__module__)
     fn = getattr(owner, "eager_attention_forward", None)
@@ -61,14 +71,14 @@ def _make_impl(base: str) -> Callable[..., tuple[torch.Tensor, Any]]:
         probe: AttentionProbe | None = getattr(module, "_explorer_probe", None)
         if probe is not None and probe.active:
             mask = _additive(attention_mask, query, key) if base == "sdpa" else attention_mask
-            out, weights = _eager_for(module)(module, query, key, value, mask, **kwargs)
+            out, weights = eager_for(module)(module, query, key, value, mask, **kwargs)
             probe.receive(weights)
             return out, weights
         if base == "sdpa":
             from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
             return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
-        return _eager_for(module)(module, query, key, value, attention_mask, **kwargs)
+        return eager_for(module)(module, query, key, value, attention_mask, **kwargs)
 
     return attention
 
@@ -132,7 +142,7 @@ class AttentionProbe:
         """Switch the model to the probed backend; ``output_attentions`` if it cannot be switched."""
         current = self.model.config._attn_implementation
         base = next((b for b, n in PROBED.items() if n == current), current)
-        if base not in PROBED:
+        if base not in PROBED or not follows_attention_interface(type(self.model)):
             return "output_attentions"
         register_implementations()
         try:
@@ -157,10 +167,124 @@ class AttentionProbe:
     def take_from_outputs(self, attentions: Any) -> None:
         """Fallback path: pick this layer from a full ``output_attentions`` tuple."""
         if attentions is None or attentions[self.layer_index] is None:
-            raise ModelError("the model returned no attention weights",
-                             fix='load it with attn_implementation="eager" to use attention signals')
+            raise ModelError(f"the model returned no attention weights with attention implementation "
+                             f"{self.implementation!r}", fix=EAGER_FIX)
         self.receive(attentions[self.layer_index])
 
     @property
     def needs_output_attentions(self) -> bool:
         return self.mode == "output_attentions"
+
+    @property
+    def implementation(self) -> str:
+        """The model's attention backend as the user chose it (without the probe's wrapper name)."""
+        current = str(self.model.config._attn_implementation)
+        return next((b for b, n in PROBED.items() if n == current), current)
+
+    @property
+    def readable(self) -> bool:
+        """Whether attention weights can be read: through the probe, or from ``output_attentions`` of eager.
+
+        ``output_attentions`` of any other backend is not trusted: some families compute it on a
+        path that is only exercised with eager (Falcon under sdpa adds a boolean mask as numbers
+        and returns non-causal weights).
+        """
+        return self.mode.startswith("probe:") or self.implementation == "eager"
+
+    def require(self, purpose: str) -> None:
+        """Refuse, before any work, a call that needs attention weights on a backend that has none."""
+        if not self.readable:
+            raise ModelError(f"{purpose} needs the last layer's attention weights, but the model runs with "
+                             f"attention implementation {self.implementation!r}, whose kernels never materialise "
+                             "them (methods without attention signals, such as wo, sr, flare, seakr, drrag and "
+                             "blendfilter, run on it unchanged)", fix=ATTN_FIX)
+
+
+#: What a user can do when attention weights are missing: every command and the app take ``--attn``.
+ATTN_FIX = ("load the model with --attn auto or --attn eager (EXPLORER_ATTN for the app); auto picks a backend "
+            "whose attention weights the explorer can read")
+
+
+def follows_attention_interface(model_class: type) -> bool:
+    """Whether a model class routes attention through transformers' AttentionInterface (so it can be probed)."""
+    check = getattr(model_class, "_can_set_attn_implementation", None)
+    try:
+        return bool(check()) if callable(check) else False
+    except (OSError, TypeError):  # source not inspectable: treat it as a family that cannot be switched
+        return False
+
+
+def auto_implementation(model_class: type) -> str | None:
+    """What ``--attn auto`` loads a model class with.
+
+    ``None`` lets transformers pick (sdpa where the family supports it, eager where not, as for
+    Gemma-2); families that do not go through the AttentionInterface get eager, the one backend
+    whose ``output_attentions`` the explorer reads, so attention signals work on them too.
+    """
+    return None if follows_attention_interface(model_class) else "eager"
+EAGER_FIX = "load the model with --attn eager (EXPLORER_ATTN=eager for the app)"
+
+
+@dataclass(frozen=True)
+class Window:
+    """The attention span of the probed layer: ``kind`` is ``sliding`` or ``chunked``, ``size`` in tokens."""
+
+    kind: str
+    size: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "size": self.size}
+
+    def describe(self) -> str:
+        if self.kind == "chunked":
+            return f"attends only within chunks of {self.size} tokens"
+        return f"attends only to the last {self.size} positions (sliding window)"
+
+
+def probed_window(config: Any, layer_index: int) -> Window | None:
+    """The window of layer ``layer_index`` as the KV cache will apply it, or None for full attention."""
+    try:
+        from transformers.cache_utils import get_layer_types_and_kwargs
+
+        types, kwargs = get_layer_types_and_kwargs(config)
+        kind, size = types[layer_index], kwargs[layer_index].get("sliding_window")
+    except (ImportError, AttributeError, IndexError, KeyError, TypeError, ValueError):
+        types = getattr(config, "layer_types", None)
+        kind = types[layer_index] if types else ("sliding_attention" if getattr(config, "sliding_window", None)
+                                                 else "full_attention")
+        size = getattr(config, "attention_chunk_size" if kind == "chunked_attention" else "sliding_window", None)
+    if not size or kind not in ("sliding_attention", "chunked_attention"):
+        return None
+    return Window("chunked" if kind == "chunked_attention" else "sliding", int(size))
+
+
+def sink_tokens(cache: Any, layer_index: int) -> int:
+    """How many leading positions a cache layer keeps besides its window (StreamingLLM-style sinks)."""
+    layers = getattr(cache, "layers", None)
+    if not layers or layer_index >= len(layers):
+        return 0
+    layer = layers[layer_index]
+    for name in ("num_sink_tokens", "sink_tokens", "sink_size"):
+        value = getattr(layer, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return 0
+
+
+def absolute_row(row: torch.Tensor, total: int, sinks: int = 0) -> torch.Tensor:
+    """One query's attention over its keys, put on the context's ``total`` absolute positions.
+
+    The keys a layer attends over are the context itself (``len(row) == total``), or, with a
+    windowed cache, the first ``sinks`` positions followed by the most recent ones, the query's
+    own position last. Positions the layer no longer holds get 0, the attention it gave them.
+    """
+    n = int(row.shape[-1])
+    if n == total:
+        return row
+    if n > total or sinks > n:
+        raise ModelError(f"the attention row has {n} columns for a context of {total} positions "
+                         f"({sinks} sink tokens): this cache layout is not understood", fix=EAGER_FIX)
+    out = row.new_zeros(total)
+    out[:sinks] = row[:sinks]
+    out[total - (n - sinks):] = row[sinks:]
+    return out

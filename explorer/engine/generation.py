@@ -20,12 +20,12 @@ from typing import Any
 
 import torch
 
-from explorer.engine.attention import AttentionProbe
-from explorer.engine.hidden import HiddenCapture, HiddenSpec
+from explorer.engine.attention import AttentionProbe, Window, absolute_row, probed_window, sink_tokens
+from explorer.engine.hidden import HiddenCapture, HiddenSpec, note_fallback
 from explorer.engine.language import is_stopword
 from explorer.engine.model import LoadedModel
 from explorer.engine.signals import AmaxTracker, rind, step_stats, warp
-from explorer.errors import ConfigError, ExplorerError
+from explorer.errors import ConfigError, ExplorerError, ModelError
 from explorer.trace import Cancelled, TokenSignal, TraceRecorder
 
 
@@ -120,18 +120,26 @@ class Engine:
         self.tokenizer = lm.tokenizer
         self.device = torch.device(lm.device)
         self.probe = AttentionProbe(self.model, attention_layer)
+        #: The probed layer's sliding window or chunk, when it has one (None: it sees the whole context).
+        self.window: Window | None = probed_window(self.model.config, self.probe.layer_index)
         self.lock = threading.RLock()
         eos = self.model.generation_config.eos_token_id
         if eos is None:
             eos = self.tokenizer.eos_token_id
         self.eos_ids = frozenset([eos] if isinstance(eos, int) else (eos or []))
         self.special_ids = frozenset(self.tokenizer.all_special_ids) | self.eos_ids
+        #: Ids the tokenizer puts before any text (a BOS token). Models trained with one (Gemma,
+        #: Llama) degrade without it, so every prompt starts with it; SmolLM2's tokenizer has none.
+        self.prefix_ids: list[int] = _special_prefix(self.tokenizer)
 
     # -- facts ----------------------------------------------------------------------------------
     def fingerprint(self) -> dict[str, Any]:
         """What a trace records about the model and how signals were read from it."""
-        return {**self.lm.fingerprint(), "attention_signals": self.probe.mode,
-                "attention_layer": self.probe.layer_index}
+        facts = {**self.lm.fingerprint(), "attention_signals": self.probe.mode if self.probe.readable else "none",
+                 "attention_layer": self.probe.layer_index}
+        if self.window is not None:
+            facts["attention_window"] = self.window.to_dict()
+        return facts
 
     @property
     def context_length(self) -> int:
@@ -222,6 +230,15 @@ class Engine:
             pos += len(piece)
         return ids, offsets
 
+    def encode_prompt(self, prompt: PromptLike) -> tuple[str, list[int], list[Span]]:
+        """:meth:`encode_segments`, led by the tokenizer's BOS where it has one (as a ``bos`` segment)."""
+        text, ids, spans = self.encode_segments(prompt)
+        n = len(self.prefix_ids)
+        if n and ids and ids[:n] != self.prefix_ids:
+            ids = [*self.prefix_ids, *ids]
+            spans = [("bos", 0, n), *((label, start + n, end + n) for label, start, end in spans)]
+        return text, ids, spans
+
     def generate(self, prompt: PromptLike, *, max_new_tokens: int, purpose: str = "draft",
                  rec: TraceRecorder | None = None, sampling: Sampling | None = None,
                  stop_strings: Sequence[str] = (), attention: bool = True,
@@ -242,7 +259,9 @@ class Engine:
         """
         if max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens must be at least 1, got {max_new_tokens}", where="max_new_tokens")
-        prompt, prompt_ids, segments = self.encode_segments(prompt)
+        if attention:
+            self.probe.require("reading amax and RIND")
+        prompt, prompt_ids, segments = self.encode_prompt(prompt)
         if not prompt_ids:
             raise ExplorerError("the prompt is empty", where="prompt", fix="give the model some text to continue")
         self.check_fits(len(prompt_ids), max_new_tokens)
@@ -265,9 +284,16 @@ class Engine:
             kwargs["logits_to_keep"] = 1
         if self.probe.active and self.probe.needs_output_attentions:
             kwargs["output_attentions"] = True
+        if self.probe.active:
+            self.probe.last_mean = self.probe.last_heads = None  # a row left from an earlier pass must not pass
         out = self.model(**kwargs)
         if self.probe.active and self.probe.needs_output_attentions:
             self.probe.take_from_outputs(out.attentions)
+        if self.probe.active and self.probe.last_mean is None:
+            raise ModelError(f"the attention probe on layer {self.probe.layer_index} received no weights: the model's "
+                             f"attention implementation is now {self.model.config._attn_implementation!r}, changed "
+                             "after the engine was built", fix="build a new engine (reload the model) after changing "
+                                                              "its attention implementation")
         return out
 
     def _new_cache(self) -> Any:
@@ -288,6 +314,7 @@ class Engine:
         ids: list[int] = []
         forward_passes = 0
         capture = HiddenCapture(self.model, hidden) if hidden is not None else None
+        note_fallback(rec, capture)
         stopped_by = "max_tokens"
         detok = Detokenizer(self, special=req.keep_special)
         cut_at: int | None = None
@@ -346,7 +373,7 @@ class Engine:
                 out = self._forward(torch.tensor([[chosen]], device=self.device), cache)
                 forward_passes += 1
                 if attention:
-                    amax.add_row(len(tokens) - 1, self.probe.last_mean[0, -1])
+                    amax.add_row(len(tokens) - 1, self._last_row(cache, p_len + len(tokens)))
                 logits = out.logits[0, -1]
             # After an end-of-sequence every kept token has been fed. Otherwise the last one has
             # not: its row completes amax of the tokens before it, and its position is the "end"
@@ -356,7 +383,7 @@ class Engine:
                 self._forward(torch.tensor([[ids[-1]]], device=self.device), cache, logits=False)
                 forward_passes += 1
                 if attention:
-                    amax.add_row(len(tokens) - 1, self.probe.last_mean[0, -1])
+                    amax.add_row(len(tokens) - 1, self._last_row(cache, p_len + len(tokens)))
         finally:
             self.probe.active = False
             if capture is not None:
@@ -376,9 +403,25 @@ class Engine:
         gen.forward_passes = forward_passes  # type: ignore[attr-defined]
         return gen
 
+    def _last_row(self, cache: Any, total: int) -> torch.Tensor:
+        """The newest query's probed row on the context's ``total`` absolute positions."""
+        return absolute_row(self.probe.last_mean[0, -1], total, sink_tokens(cache, self.probe.layer_index))
+
     def _replay_row(self, gen: Generation, index: int) -> list[float]:
         if not 0 <= index < len(gen.ids):
             raise IndexError(f"token {index} is outside the span of {len(gen.ids)} tokens")
+        total = len(gen.prompt_ids) + index + 1
+        if not _can_roll_back(gen._cache):
+            # A windowed cache has dropped the keys a rollback would need; one pass over the
+            # context up to the token gives the same row (the mask applies the same window).
+            ids = list(gen.prompt_ids) + gen.ids[:index + 1]
+            with self.lock, torch.inference_mode():
+                self.probe.active = True
+                try:
+                    self._forward(torch.tensor([ids], device=self.device), self._new_cache(), logits=False)
+                finally:
+                    self.probe.active = False
+                return absolute_row(self.probe.last_mean[0, -1], total).tolist()
         with self.lock, torch.inference_mode():
             cache = gen._cache
             keep = len(gen.prompt_ids) + index
@@ -391,7 +434,7 @@ class Engine:
                 self._forward(torch.tensor([gen.ids[start:index + 1]], device=self.device), cache, logits=False)
             finally:
                 self.probe.active = False
-            return self.probe.last_mean[0, -1].tolist()
+            return self._last_row(cache, total).tolist()
 
     def _record(self, gen: Generation, rec: TraceRecorder, sampling: Sampling | None, elapsed: float,
                 meta: dict[str, Any]) -> None:
@@ -401,13 +444,33 @@ class Engine:
         costs.generated_tokens += len(gen.tokens)
         costs.prompt_tokens += len(gen.prompt_ids)
         costs.wall_time["generation"] = costs.wall_time.get("generation", 0.0) + elapsed
+        window = self._window_facts(gen)
         event = rec.add("generation", purpose=gen.purpose, text=gen.text,
                         tokens=[t.to_dict() for t in gen.tokens], prompt=gen.prompt,
                         prompt_tokens=len(gen.prompt_ids), prompt_segments=[list(s) for s in gen.segments],
                         stopped_by=gen.stopped_by,
                         decoding="greedy" if sampling is None else {"sampling": sampling.to_dict()},
-                        seconds=round(elapsed, 4), **meta)
+                        seconds=round(elapsed, 4), **window, **meta)
         gen.event_id = event.id
+        if window.get("attention_window_limited"):
+            self._note_window(rec)
+
+    def _window_facts(self, gen: Generation) -> dict[str, Any]:
+        """What a span's attention signals were computed over, when the probed layer has a window."""
+        if self.window is None or gen._engine is None:
+            return {}
+        context = len(gen.prompt_ids) + len(gen.ids)
+        return {"attention_window": self.window.to_dict(), "attention_window_limited": context > self.window.size}
+
+    def _note_window(self, rec: TraceRecorder) -> None:
+        """Say once per run that amax and RIND only see inside the window (the UI lists notes)."""
+        if any(e.kind == "note" and e.payload.get("attention_window") for e in rec.trace.events):
+            return
+        assert self.window is not None
+        rec.add("note", level="info", attention_window=self.window.to_dict(),
+                message=f"the last layer of {self.lm.name} {self.window.describe()}: the context is longer, so "
+                        "positions outside the window receive 0 attention from it, and amax, RIND and the QFS "
+                        "weights count attention within the window only")
 
     # -- whole-sequence passes ------------------------------------------------------------------
     def attention_matrix(self, ids: Sequence[int], *, per_head: bool = False,
@@ -419,6 +482,7 @@ class Engine:
         """
         if not ids:
             raise ExplorerError("nothing to encode", where="attention_matrix", fix="pass at least one token")
+        self.probe.require("reading the attention matrix")
         self.check_fits(len(ids), 0, where="text to encode")
         with self.lock, torch.inference_mode():
             self.probe.active, self.probe.per_head = True, per_head
@@ -427,8 +491,13 @@ class Engine:
             finally:
                 self.probe.active, self.probe.per_head = False, False
             result = self.probe.last_heads[0] if per_head else self.probe.last_mean[0]
+        if result.shape[-1] != len(ids):
+            raise ModelError(f"the attention matrix has {result.shape[-1]} key positions for {len(ids)} tokens",
+                             fix="report this model; --attn eager may help")
         if rec is not None:
             rec.costs.forward_passes += 1
+            if self.window is not None and len(ids) > self.window.size:
+                self._note_window(rec)
         return result
 
 
@@ -454,6 +523,30 @@ class Detokenizer:
             piece = full[len(self.text):] if len(full) > len(self.text) else ""
         self.text += piece
         return piece
+
+
+def _can_roll_back(cache: Any) -> bool:
+    """Whether ``crop`` can take the cache back: not once a sliding layer has filled its window."""
+    for layer in getattr(cache, "layers", ()):
+        window = getattr(layer, "sliding_window", None) if getattr(layer, "is_sliding", False) else None
+        if window is not None and layer.get_seq_length() >= window:
+            return False
+    return True
+
+
+def _special_prefix(tokenizer: Any) -> list[int]:
+    """The ids a tokenizer adds in front of a text when asked for special tokens (BOS), or []."""
+    try:
+        with_special = list(tokenizer("a", add_special_tokens=True)["input_ids"])
+        plain = list(tokenizer("a", add_special_tokens=False)["input_ids"])
+    except (TypeError, ValueError, KeyError):
+        return []
+    if not plain or len(with_special) <= len(plain):
+        return []
+    for start in range(len(with_special) - len(plain) + 1):
+        if with_special[start:start + len(plain)] == plain:
+            return with_special[:start]
+    return []
 
 
 def _stop_position(text: str, stop_strings: tuple[str, ...]) -> int | None:

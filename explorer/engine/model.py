@@ -10,9 +10,11 @@ from typing import Any
 class LoadedModel:
     """A causal LM, its tokenizer and the facts a trace records about them.
 
-    ``attn_implementation`` matters: only ``eager`` returns attention weights, which DRAGIN's
-    and FLARE's signals need. ``source`` says where the weights came from (a path, a hub id, or
-    ``embedded`` for the packaged SmolLM2).
+    ``attn_implementation`` is the backend the model was loaded with (what ``--attn auto``
+    resolved to); DRAGIN's attention signals are read on ``eager`` and ``sdpa`` (see
+    :mod:`explorer.engine.attention`), every other method runs on any backend. ``source`` says
+    where the weights came from (a path, ``hub:ID``, or ``embedded`` / ``gemma3-270m`` for the
+    packaged models).
     """
 
     model: Any

@@ -39,7 +39,7 @@ from typing import Any
 import torch
 
 from explorer.engine.generation import Detokenizer, Engine, Generation, PromptLike, Sampling, _drop_after
-from explorer.engine.hidden import HiddenCapture, HiddenSpec
+from explorer.engine.hidden import HiddenCapture, HiddenSpec, note_fallback
 from explorer.engine.language import is_stopword
 from explorer.engine.signals import step_stats, warp
 from explorer.errors import ConfigError, ExplorerError, ModelError
@@ -145,7 +145,7 @@ def sample(engine: Engine, prompt: PromptLike, *, k: int, max_new_tokens: int, s
     if max_new_tokens < 1:
         raise ConfigError(f"max_new_tokens must be at least 1, got {max_new_tokens}", where="max_new_tokens")
     sampling = sampling or Sampling()
-    text, prompt_ids, segments = engine.encode_segments(prompt)
+    text, prompt_ids, segments = engine.encode_prompt(prompt)
     if not prompt_ids:
         raise ExplorerError("the prompt is empty", where="prompt", fix="give the model some text to continue")
     engine.check_fits(len(prompt_ids), max_new_tokens + 2)
@@ -196,6 +196,7 @@ class _Loop:
         capture = HiddenCapture(model, self.hidden) if self.hidden is not None else None
         if capture is not None:
             self.layer, self.site = capture.layer_index, capture.site
+            note_fallback(self.rec, capture)
             capture.__enter__()
         try:
             while batch:

@@ -50,8 +50,9 @@ class AmaxTracker:
     """amax(i) = max over later tokens j > i of the attention A[j, i], kept up to date as j grows.
 
     Positions are indices into the generated span. Attention rows come in over the whole context
-    (prompt + generated); only the generated part updates amax. Memory is linear in the span
-    length: rows are folded in and dropped.
+    (prompt + generated) on absolute positions (a windowed layer's row is first put there by
+    :func:`explorer.engine.attention.absolute_row`); only the generated part updates amax. Memory
+    is linear in the span length: rows are folded in and dropped.
     """
 
     def __init__(self, prompt_len: int) -> None:
@@ -66,7 +67,15 @@ class AmaxTracker:
         self.count += 1
 
     def add_row(self, query_index: int, row: torch.Tensor) -> None:
-        """Fold in the attention row of generated token ``query_index`` over all earlier positions."""
+        """Fold in the attention row of generated token ``query_index`` over all earlier positions.
+
+        A row shorter than the context up to the token would silently leave amax empty (a
+        windowed row sliced as if it were absolute did exactly that), so it is refused.
+        """
+        needed = self.prompt_len + query_index + 1
+        if row.shape[0] < needed:
+            raise ValueError(f"attention row of generated token {query_index} has {row.shape[0]} positions, "
+                             f"fewer than the {needed} before and at it; map it with absolute_row first")
         seg = row[self.prompt_len:self.prompt_len + query_index].float()
         n = seg.shape[0]
         torch.maximum(self._amax[:n], seg, out=self._amax[:n])

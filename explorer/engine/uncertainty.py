@@ -160,7 +160,7 @@ def prompting(engine: Engine, prompt: PromptLike, rec: TraceRecorder | None = No
     if isinstance(prompt, str):
         prompt = [("prompt", prompt)]
     segments = [*prompt, ("self_check", SELF_CHECK)]
-    _text, ids, _spans = engine.encode_segments(segments)
+    _text, ids, _spans = engine.encode_prompt(segments)
     engine.check_fits(len(ids), 1, where="self-check prompt")
     yes, no = engine.tokenize(" Yes")[0], engine.tokenize(" No")[0]
     started = time.perf_counter()

@@ -103,6 +103,8 @@ class EvalSettings:
     @property
     def retriever_config(self) -> dict[str, Any]:
         return dict(self.retriever or {"kind": "bm25"})
+    #: Attention backend (``--attn``); not part of the identity: backends agree to float rounding.
+    attn: str = "auto"
 
     def identity(self) -> dict[str, Any]:
         """What must not change between a run and its resume (runs made otherwise would not be comparable)."""
@@ -112,7 +114,8 @@ class EvalSettings:
     def to_dict(self) -> dict[str, Any]:
         return {**self.identity(), "datasets": {d: {"limit": self.limit} for d in self.datasets},
                 "arms": [{"method": a.method, "variant": a.variant, "set": a.given} for a in self.arms],
-                "sweep": self.sweep, "data_dir": self.data_dir, "dataset_format": self.dataset_format}
+                "sweep": self.sweep, "data_dir": self.data_dir, "dataset_format": self.dataset_format,
+                "attn": self.attn}
 
 
 # --- parsing what users type ----------------------------------------------------------------------
@@ -405,7 +408,7 @@ def _run_evaluation(settings: EvalSettings, store: Any, *, runtime: Runtime | No
         from explorer.runtime import open_runtime
 
         return open_runtime(settings.model, settings.corpus, dtype=settings.dtype, device=settings.device,
-                            progress=say, retriever=settings.retriever_config.get("kind", "bm25"),
+                            attn=settings.attn, progress=say, retriever=settings.retriever_config.get("kind", "bm25"),
                             retriever_options={k: v for k, v in settings.retriever_config.items() if k != "kind"})
 
     # Configs resolve against the model's name (its preset); a resume that has nothing left to do

@@ -47,6 +47,7 @@ class AppSettings:
     preload: bool = True
     retriever: str = "bm25"
     embedder: str = ""
+    attn: str = "auto"
 
 
 def head_html() -> str:
@@ -129,7 +130,8 @@ def build_app(settings: AppSettings) -> gr.Blocks:
     from explorer.runtime import open_runtime
 
     start_choice = retriever_config(settings.retriever, settings.embedder or None)  # a bad option fails at start
-    holder = RuntimeHolder(lambda: open_runtime(settings.model, settings.corpus, retriever=start_choice),
+    holder = RuntimeHolder(lambda: open_runtime(settings.model, settings.corpus, retriever=start_choice,
+                                                        attn=settings.attn),
                            describe=f"model {settings.model}, corpus {settings.corpus}, retriever {start_choice.label}")
     if settings.preload:
         holder.start()

@@ -72,10 +72,11 @@ def all_params(methods: list[str]) -> list[Param]:
 
 def model_name(spec: str) -> str:
     """The name a model's fingerprint will carry, known before loading it (presets are keyed by it)."""
-    if spec == "embedded":
-        from explorer.engine.embedded import EMBEDDED_NAME
+    from explorer.engine.embedded import embedded_display_name
 
-        return EMBEDDED_NAME
+    embedded = embedded_display_name(spec)
+    if embedded is not None:
+        return embedded
     return spec.rstrip("/").rsplit("/", 1)[-1]
 
 

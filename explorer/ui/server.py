@@ -95,7 +95,9 @@ def private_temp_dir() -> Path:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    from explorer.cli import ATTN_HELP
     from explorer.paths import default_db_path
+    from explorer.runtime import default_attn
 
     parser = argparse.ArgumentParser(prog="app.py", description="Serve the Dynamic RAG Explorer web app.")
     parser.add_argument("--host", default=os.environ.get("EXPLORER_HOST", "127.0.0.1"),
@@ -105,7 +107,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--db", default=os.environ.get("EXPLORER_DB") or str(default_db_path()),
                         help="SQLite file that stores the runs (env EXPLORER_DB)")
     parser.add_argument("--model", default=os.environ.get("EXPLORER_MODEL", "embedded"),
-                        help="embedded (default), a model folder or a .gguf file (env EXPLORER_MODEL)")
+                        help="embedded (default), gemma3-270m, a model folder, a .gguf file, or a hub id already in "
+                             "the Hugging Face cache (env EXPLORER_MODEL)")
+    parser.add_argument("--attn", default=default_attn(), metavar="BACKEND", help=ATTN_HELP)
     parser.add_argument("--corpus", default=os.environ.get("EXPLORER_CORPUS", "demo"),
                         help="demo (default), benchmark, or a corpus file/folder (env EXPLORER_CORPUS)")
     parser.add_argument("--retriever", default=os.environ.get("EXPLORER_RETRIEVER", "bm25"),
@@ -140,17 +144,25 @@ def exposure_warning(host: str, auth: tuple[str, str] | None) -> str | None:
 
 def check_model_offline(spec: str) -> None:
     """Refuse a model that would have to be downloaded now (the app never downloads at run time)."""
-    if spec != "embedded":
+    from explorer.engine.embedded import embedded_spec, is_fetched
+
+    model = embedded_spec(spec)
+    if model is None:
         path = Path(spec).expanduser()
         if not path.exists():
-            raise ExplorerError(f"model {spec!r} is not a local path, and the app does not download models",
-                                where="--model", fix="pass a model folder or .gguf file, or 'embedded'")
-        return
-    from explorer.engine.embedded import cached_wheel_path, embedded_model_dir, read_manifest
+            from explorer.engine.hub import cached_snapshot
 
-    if read_manifest(embedded_model_dir()) is None and not cached_wheel_path().exists():
-        raise ExplorerError("the embedded model is not installed yet", where="--model",
-                            fix="run `python -m explorer model fetch` (or `make model`) once, then start the app")
+            if cached_snapshot(spec) is None:
+                raise ExplorerError(f"model {spec!r} is not a local path nor in the Hugging Face cache, and the app "
+                                    "does not download models", where="--model",
+                                    fix="pass a model folder, a .gguf file, 'embedded' or 'gemma3-270m', or run "
+                                        f"`python -m explorer model info --model {spec}` once with network")
+        return
+    if not is_fetched(model):
+        flag = "" if model.key == "embedded" else f" --model {model.key}"
+        raise ExplorerError(f"the embedded model {model.name} is not installed yet", where="--model",
+                            fix=f"run `python -m explorer model fetch{flag}` (or `make model`) once, then start "
+                                "the app")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         from explorer.ui.app import AppSettings, build_app, launch
 
         demo = build_app(AppSettings(db=Path(args.db), model=args.model, corpus=args.corpus, preload=not args.lazy,
-                                     retriever=args.retriever, embedder=args.embedder))
+                                     retriever=args.retriever, embedder=args.embedder, attn=args.attn))
         if not args.quiet:
             print(f"runs are stored in {args.db}", flush=True)
         try:

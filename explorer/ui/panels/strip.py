@@ -128,6 +128,30 @@ def _span_html(view: TraceView, span: Span, signal: str, lo: float, hi: float, m
             f'<div class="dre-tokens">{_tokens_html(view, span, signal, lo, hi, marks)}</div></div>')
 
 
+def window_note(view: TraceView) -> str:
+    """A visible line when the layer whose attention the signals read has a window shorter than the text.
+
+    amax, RIND and the QFS weights are then computed within the window only (positions outside
+    it receive 0 attention from that layer); a reader must know that to read the colours right.
+    The window is in the trace's model fingerprint; spans generated with attention also say
+    whether their context went past it.
+    """
+    window = view.trace.model.get("attention_window") if isinstance(view.trace.model, dict) else None
+    spans = [e.payload for e in view.events if e.kind == "generation" and e.payload.get("attention_window")]
+    uses_attention = spans or any(e.kind == "check" and str(e.payload.get("signal", "")).startswith("rind")
+                                  for e in view.events)
+    if not isinstance(window, dict) or not uses_attention:
+        return ""
+    size, kind = window.get("size", "?"), window.get("kind", "sliding")
+    reach = f"only within chunks of {size} tokens" if kind == "chunked" else f"only to the last {size} positions"
+    longer = sum(1 for p in spans if p.get("attention_window_limited"))
+    where = (f"{longer} span(s) here have a longer context" if longer else
+             "wherever a text the signals were read from is longer")
+    return (f'<p class="dre-note dre-window-note">Attention window: the last layer attends {esc(reach)} '
+            f"({esc(kind)} attention); {esc(where)}, positions outside the window receive 0 attention from it, "
+            "so amax, RIND and the QFS weights count attention within the window only.</p>")
+
+
 def render(view: TraceView, opts: ViewOptions, decisions: list[whatif.Decision] | None = None) -> str:
     signal = opts.signal if opts.signal in view.available_signals() else "prob"
     lo, hi = _scale(view, signal)
@@ -156,6 +180,7 @@ def render(view: TraceView, opts: ViewOptions, decisions: list[whatif.Decision] 
     body = "".join(blocks)
     if not spans:
         body = '<p class="dre-empty">No tokens yet.</p>'
+    body += window_note(view)
     sampled = view.sampled_spans
     if sampled:
         body += (f'<p class="dre-note">{len(sampled)} sampled continuation(s) are not in the strip; '
