@@ -26,7 +26,7 @@ from explorer.eval.report import report_markdown
 from explorer.eval.runner import EvalSettings, build_arms, run_evaluation
 from explorer.store import RunStore
 from explorer.trace import Trace
-from tests.test_eval_runner import SMALL, metrics_without_time, stored
+from tests.test_eval_runner import SMALL, canonical, metrics_without_time, stored
 
 ROOT = Path(__file__).resolve().parent.parent
 METHODS = ["wo", "sr", "fl", "dragin"]
@@ -103,7 +103,6 @@ def baseline(tmp_path_factory) -> dict[tuple, dict[str, Any]]:
     return {"traces": runs, "metrics": metrics_without_time(store, "e")}
 
 
-@pytest.mark.slow  # starts Ray workers (or a fresh interpreter), which takes seconds each
 def test_two_workers_give_the_single_process_results(ray_address, baseline, tmp_db: Path) -> None:
     store = RunStore(tmp_db)
     result = run_evaluation(settings("e"), store, show_progress=False, cluster=ClusterOptions(workers=2))
@@ -123,7 +122,6 @@ def test_two_workers_give_the_single_process_results(ray_address, baseline, tmp_
             f"{RUNS} runs") in report
 
 
-@pytest.mark.slow  # starts Ray workers (or a fresh interpreter), which takes seconds each
 def test_a_killed_worker_has_its_runs_redone_elsewhere(ray_address, baseline, tmp_db: Path) -> None:
     store = RunStore(tmp_db)
     killed: list[int] = []
@@ -159,7 +157,6 @@ def stop_after(count: int, seen: list[Trace]):
     return on_run
 
 
-@pytest.mark.slow  # starts Ray workers (or a fresh interpreter), which takes seconds each
 @pytest.mark.parametrize("first, then", [("ray", "process"), ("process", "ray")])
 def test_an_interrupted_driver_resumes_with_or_without_ray(ray_address, baseline, tmp_db: Path, first: str,
                                                            then: str) -> None:
@@ -185,7 +182,6 @@ def test_an_interrupted_driver_resumes_with_or_without_ray(ray_address, baseline
     assert modes == [first, then]
 
 
-@pytest.mark.slow  # starts Ray workers (or a fresh interpreter), which takes seconds each
 def test_a_stopped_cli_driver_on_the_cluster_resumes_without_ray(ray_address, tmp_path: Path, capsys) -> None:
     """SIGTERM to ``eval --ray-address``: received runs stay, workers go, and a plain rerun finishes the rest."""
     db = tmp_path / "runs.sqlite"
@@ -221,7 +217,6 @@ def test_a_stopped_cli_driver_on_the_cluster_resumes_without_ray(ray_address, tm
     assert store.evaluation("c")["runs"] == {"complete": runs} and len(stored(store, "c")) == runs
 
 
-@pytest.mark.slow  # starts Ray workers (or a fresh interpreter), which takes seconds each
 def test_ray_is_never_imported_without_workers(tmp_path: Path) -> None:
     """A plain evaluation and the web app load nothing of Ray (checked in a fresh interpreter)."""
     script = f"""
@@ -230,6 +225,7 @@ from pathlib import Path
 from explorer.cli import main
 assert main(["eval", "--dataset", "demo", "--methods", "wo", "--limit", "1", "--corpus", "demo", "--model",
              "random:tiny", "--db", {str(tmp_path / 'runs.sqlite')!r}, "--quiet", "--set", "max_length=8"]) == 0
+import app  # the web app's entry point, as `python app.py` imports it
 from explorer.ui.app import AppSettings, build_app
 build_app(AppSettings(db=Path({str(tmp_path / 'app.sqlite')!r}), model="embedded", corpus="demo", preload=False))
 loaded = sorted(m for m in sys.modules if m == "ray" or m.startswith("ray."))
@@ -239,6 +235,44 @@ print("no ray")
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0 and "no ray" in done.stdout, done.stderr[-3000:]
+
+
+def test_a_sweep_on_workers_gives_the_single_process_sweep(ray_address, tmp_path: Path, capsys) -> None:
+    """``sweep --workers 2`` (on the module's Ray instance) stores the runs one process stores and says who ran them."""
+    import torch
+
+    small = [x for s in SMALL for x in ("--set", s)]
+    out, dbs = {}, {}
+    for mode, flags in (("process", []), ("ray", ["--workers", "2"])):
+        dbs[mode] = tmp_path / f"{mode}.sqlite"
+        out[mode] = tmp_path / mode
+        command = ["sweep", "--method", "dragin", "--param", "threshold", "--values", "0.1,50", "--dataset", "demo",
+                   "--limit", "2", "--corpus", "demo", "--model", "random:tiny", "--db", str(dbs[mode]), "--quiet",
+                   "--out", str(out[mode]), *small, *flags]
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # as each worker runs
+        try:
+            assert main(command) == 0
+        finally:
+            torch.set_num_threads(threads)
+        assert "4 runs made, 0 already stored, 0 failed" in capsys.readouterr().err
+    single, workers = (RunStore(dbs[m]) for m in ("process", "ray"))
+    (name,) = [e["name"] for e in workers.evaluations()]
+
+    def by_threshold(store: RunStore) -> dict[tuple, dict[str, Any]]:
+        runs = {(row["question_id"], trace.config["threshold"]): canonical(trace)
+                for row, trace in store.traces(evaluation=name)}
+        assert len(runs) == 4, "a run stored twice or missing"
+        return runs
+
+    runs = by_threshold(workers)
+    assert runs == by_threshold(single)
+    assert sorted(t for _, t in runs) == [0.1, 0.1, 50.0, 50.0]
+    report = (out["ray"] / "evaluation.md").read_text()
+    assert "- produced by: 2 Ray workers (a local Ray instance) on 1 device (cpu, 1 thread per worker)" in report
+    single_report = (out["process"] / "evaluation.md").read_text()
+    assert "- produced by: one process (no Ray) on cpu, 1 thread: 4 runs" in single_report
+    assert (out["ray"] / "threshold.html").is_file()
 
 
 @pytest.mark.parametrize("flags, message", [
