@@ -197,7 +197,7 @@ class RayPool:
 
     def _connect(self) -> None:
         ray = self.ray
-        if ray.is_initialized():  # a Ray session this process already has (a notebook, a test): use it
+        if ray.is_initialized():  # Ray already started or joined by this process (a notebook, a test): use it
             self.address = "local" if self.options.address is None else self.options.address
             return
         quiet = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.ERROR}
