@@ -145,24 +145,9 @@ def cost_of_u(engine: Engine, k: int, length: int, repeats: int) -> list[str]:
 
 def random_1b(device: str, dtype: str, layers: int = 16) -> Engine:
     """A ~1B-parameter Llama-style model with random weights (hidden 2048, MLP 8192, 32/8 heads)."""
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from explorer.engine.random_models import random_llama_1b
 
-    from explorer.engine.embedded import embedded_tokenizer_dir
-    from explorer.engine.model import LoadedModel
-
-    tokenizer = AutoTokenizer.from_pretrained(str(embedded_tokenizer_dir()), local_files_only=True)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=2048, intermediate_size=8192,
-                         num_hidden_layers=layers, num_attention_heads=32, num_key_value_heads=8,
-                         max_position_embeddings=4096, tie_word_embeddings=True, attn_implementation="sdpa",
-                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id)
-    torch_dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(dtype, torch.float32)
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = LlamaForCausalLM(config).to(torch_dtype).eval()
-    model.generation_config.pad_token_id = config.pad_token_id
-    lm = LoadedModel(model=model, tokenizer=tokenizer, name=f"random-llama-{layers}x2048", source="random",
-                     dtype=dtype, device=device, attn_implementation="sdpa")
+    lm = random_llama_1b(device, dtype, layers)
     print(f"random model: {lm.num_parameters / 1e9:.2f} B parameters", flush=True)
     return Engine(lm)
 

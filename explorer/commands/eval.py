@@ -29,7 +29,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     from explorer.retrieval.choice import add_retriever_arguments
 
     add_retriever_arguments(parser)
-    parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or mps")
+    parser.add_argument("--device", default=None, help="cpu (default; cuda with --worker-gpus), cuda, cuda:N or mps")
     parser.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or float16")
     add_attn_option(parser)
     parser.add_argument("--name", default=None, help="evaluation name (default: from datasets, limit, model, corpus)")
@@ -47,6 +47,22 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="evaluation seed (default 0): same seed, same runs")
     parser.add_argument("--batch", type=int, default=8, help="runs written per database transaction (default 8)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_cluster_options(parser)
+
+
+def add_cluster_options(parser: argparse.ArgumentParser) -> None:
+    """Running on Ray workers (explorer.eval.cluster); without --workers/--ray-address nothing of Ray is loaded."""
+    group = parser.add_argument_group("Ray workers", "run the questions on Ray workers, one model per worker; this "
+                                                     "process keeps writing the run database")
+    group.add_argument("--workers", type=int, default=None, metavar="N",
+                       help="start a local Ray instance with N workers (with --ray-address: N workers on the cluster)")
+    group.add_argument("--ray-address", default=None, metavar="ADDR",
+                       help="run on an existing Ray cluster, e.g. 10.0.0.5:6379 or auto (default workers: as many as "
+                            "its CPUs/GPUs hold)")
+    group.add_argument("--worker-gpus", type=float, default=None, metavar="G",
+                       help="GPUs per worker (default 1 with --device cuda, else 0; 0.5 puts two workers on a GPU)")
+    group.add_argument("--worker-cpus", type=float, default=None, metavar="C",
+                       help="CPUs per worker, also its torch threads (default 1)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -100,6 +116,30 @@ def resolve(args: argparse.Namespace) -> list:
     return resolve_sources(parse_list(args.datasets, "dataset"), fmt=args.dataset_format, data_dir=args.data)
 
 
+def cluster_options(args: argparse.Namespace):
+    """The Ray options given (None without --workers/--ray-address), with ``args.device`` settled.
+
+    --worker-gpus alone means the runs are on GPUs, so the device becomes cuda unless given.
+    """
+    from explorer.errors import ConfigError
+
+    ray = args.workers is not None or args.ray_address is not None
+    if args.device is None:
+        args.device = "cuda" if ray and (args.worker_gpus or 0) > 0 else "cpu"
+    if not ray:
+        for flag, value in (("--worker-gpus", args.worker_gpus), ("--worker-cpus", args.worker_cpus)):
+            if value is not None:
+                raise ConfigError(f"{flag} is a per-worker resource, but no Ray workers were asked for", where=flag,
+                                  fix="add --workers N (a local Ray instance) or --ray-address ADDR, or drop " + flag)
+        return None
+    from explorer.eval.cluster import ClusterOptions
+
+    options = ClusterOptions(workers=args.workers, address=args.ray_address, gpus=args.worker_gpus,
+                             cpus=args.worker_cpus if args.worker_cpus is not None else 1.0)
+    options.check(args.device)  # contradictions are refused before any question is read
+    return options
+
+
 def check_common(args: argparse.Namespace) -> None:
     from explorer.errors import ConfigError
 
@@ -116,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
     from explorer.eval.runner import EvalSettings, build_arms, default_name, parse_list, run_evaluation
 
     check_common(args)
+    cluster = cluster_options(args)
     sources = resolve(args)
     arms = build_arms(parse_list(args.methods, "methods"), settings=args.settings, variants=args.variants,
                       seed=args.seed)
@@ -131,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
     store = open_store(args.db)
     print(f"evaluation {name!r} in {store.path}", file=sys.stderr)
     with stop_on_terminate():
-        result = run_evaluation(settings, store, show_progress=not args.quiet)
+        result = run_evaluation(settings, store, show_progress=not args.quiet, cluster=cluster)
     print(f"{result.ran} runs made, {result.skipped} already stored, {result.errors} failed", file=sys.stderr)
     print(summary_markdown(store, name))
     return 0

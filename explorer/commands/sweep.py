@@ -16,6 +16,7 @@ from explorer.commands.eval import (
     RUN_HINTS,
     add_run_options,
     check_common,
+    cluster_options,
     open_store,
     resolve,
     stop_on_terminate,
@@ -44,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from explorer.eval.runner import EvalSettings, build_arms, parse_list, run_evaluation
 
     check_common(args)
+    cluster = cluster_options(args)
     method = args.method.strip()
     values = parse_list(args.values, "values")
     if len(values) < 2:
@@ -78,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     store = open_store(args.db)
     print(f"sweep {name!r} in {store.path}", file=sys.stderr)
     with stop_on_terminate():
-        result = run_evaluation(settings, store, show_progress=not args.quiet)
+        result = run_evaluation(settings, store, show_progress=not args.quiet, cluster=cluster)
     print(f"{result.ran} runs made, {result.skipped} already stored, {result.errors} failed", file=sys.stderr)
     for path in write_report(store, name, out):
         print(path)

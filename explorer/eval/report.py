@@ -198,7 +198,18 @@ def _settings_lines(evaluation: dict[str, Any]) -> list[str]:
     if s.get("sweep"):
         sw = s["sweep"]
         lines.append(f"- sweep: {sw.get('method')} {sw.get('param')} over {sw.get('values')}")
+    produced = produced_line(evaluation)
+    if produced:
+        lines.append(f"- {produced}")
     return lines
+
+
+def produced_line(evaluation: dict[str, Any]) -> str:
+    """``produced by: 2 Ray workers (...) on 1 device (...): 40 runs``, from the evaluation's executions."""
+    from explorer.eval.execution import produced_by
+
+    text = produced_by((evaluation.get("settings") or {}).get("executions") or [])
+    return f"produced by: {text}" if text else ""
 
 
 def _dataset_text(name: str, info: dict[str, Any]) -> str:
@@ -263,9 +274,13 @@ def summary_markdown(store: Any, name: str) -> str:
     scores = score_evaluation(store, name)
     if not scores.runs:
         return f"evaluation {name!r} has no runs"
-    head = sources_line(store, name)
-    return "\n\n".join(([head] if head else []) + [table_markdown(t) for t in (answer_table(scores),
-                                                                                 cost_table(scores))])
+    head = [line for line in (sources_line(store, name), _produced(store, name)) if line]
+    return "\n\n".join(head + [table_markdown(t) for t in (answer_table(scores), cost_table(scores))])
+
+
+def _produced(store: Any, name: str) -> str:
+    text = produced_line(store.evaluation(name) or {})
+    return text[:1].upper() + text[1:]
 
 
 def summary_csv(scores: EvaluationScores) -> str:

@@ -13,7 +13,9 @@ stored traces alone (:mod:`explorer.eval.scores`).
 
 What makes long evaluations safe on a shared machine:
 
-- the model and the index are opened once; questions go through one at a time;
+- the model and the index are opened once; questions go through one at a time, or, with
+  ``cluster=`` (``--workers``/``--ray-address``), on Ray workers that each open the same runtime
+  once (:mod:`explorer.eval.cluster`) while this process stays the store's only writer;
 - finished runs are written in batches, each batch one transaction, and at the end; an interrupt
   (Ctrl-C or any exception) writes the finished runs still pending and marks the evaluation
   ``interrupted``; a process killed outright loses at most the runs of one unwritten batch;
@@ -38,18 +40,22 @@ from __future__ import annotations
 
 import hashlib
 import json
-import random
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from explorer.errors import ConfigError, ExplorerError
 from explorer.eval.datasets import Question, resolve_sources
+from explorer.eval.execution import Executor, InProcess, Task, timestamp
 from explorer.eval.lock import EvaluationLock
-from explorer.methods.base import Runtime, get_method, run_question
+from explorer.eval.runtime_spec import runtime_spec
+from explorer.methods.base import Runtime, get_method
 from explorer.methods.resolve import resolve_config
 from explorer.trace import Trace
+
+if TYPE_CHECKING:
+    from explorer.eval.cluster import ClusterOptions
 
 RESERVED_FIELDS = ("seed",)
 
@@ -305,15 +311,6 @@ def run_seed(seed: int, dataset: str, question_id: str, arm: Arm) -> int:
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big")
 
 
-def _seed_everything(value: int) -> None:
-    import numpy as np
-    import torch
-
-    random.seed(value)
-    np.random.seed(value)
-    torch.manual_seed(value)
-
-
 # --- running --------------------------------------------------------------------------------------
 
 
@@ -361,39 +358,77 @@ class _Tally:
         return " | ".join(parts)
 
 
-def _error_trace(question: Question, arm: Arm, config: dict[str, Any], runtime: Runtime,
-                 exc: BaseException) -> Trace:
-    """The record of a run that crashed with an unexpected exception, so one bad case does not end hours of work."""
-    fingerprint = runtime.engine.fingerprint() if hasattr(runtime.engine, "fingerprint") else {}
-    return Trace(question=question.question, method=arm.method, variant=arm.variant, config=dict(config),
-                 model=fingerprint, corpus=dict(runtime.corpus), gold=question.gold(), status="error",
-                 error=f"{type(exc).__name__}: {exc}")
+@dataclass
+class _Plan:
+    """What one invocation has to do: the questions, the arms' configs and the runs not yet stored."""
+
+    questions: dict[str, list[Question]]
+    stored_settings: dict[str, Any]
+    names: dict[Arm, str]
+    keys: dict[Arm, str]
+    todo: list[tuple[Task, Arm]]
+    total: int
 
 
 def run_evaluation(settings: EvalSettings, store: Any, *, runtime: Runtime | None = None,
                    on_run: Callable[[Trace], None] | None = None, show_progress: bool = True,
-                   progress: Callable[[str], None] | None = None) -> EvalResult:
+                   progress: Callable[[str], None] | None = None,
+                   cluster: ClusterOptions | None = None) -> EvalResult:
     """Run every arm on every question not yet stored as complete under ``settings.name``.
 
-    ``runtime`` defaults to :func:`explorer.runtime.open_runtime` of the settings' model and
-    corpus (opened once, and only when something is left to run). ``on_run`` is called after
-    each run with its trace (after it is queued for writing); an exception from it interrupts
-    the evaluation exactly as Ctrl-C does. While it runs, the evaluation's lock is held: another
-    process asking for the same name is refused.
+    ``runtime`` defaults to the runtime the settings describe (:func:`explorer.eval.runtime_spec.runtime_spec`,
+    opened once, and only when something is left to run). With ``cluster`` enabled the runs go to
+    Ray workers that each open that runtime themselves (:mod:`explorer.eval.cluster`); this process
+    stays the only writer of the store either way. ``on_run`` is called after each run with its
+    trace (after it is queued for writing); an exception from it interrupts the evaluation
+    exactly as Ctrl-C does. While it runs, the evaluation's lock is held: another process asking
+    for the same name is refused.
     """
     say = progress or (lambda m: print(m, file=sys.stderr, flush=True))
     if not settings.arms:
         raise ConfigError("no methods to run", where="--methods", fix="give one or more methods")
+    executor = _executor(settings, runtime, cluster, say)
     with EvaluationLock(store.path, settings.name) as lock:
         note = lock.stale_note()
         if note:
             say(note)
-        return _run_evaluation(settings, store, runtime=runtime, on_run=on_run, show_progress=show_progress, say=say)
+        try:
+            return _run_evaluation(settings, store, executor, on_run=on_run, show_progress=show_progress)
+        finally:
+            executor.close()
 
 
-def _run_evaluation(settings: EvalSettings, store: Any, *, runtime: Runtime | None,
-                    on_run: Callable[[Trace], None] | None, show_progress: bool,
-                    say: Callable[[str], None]) -> EvalResult:
+def _executor(settings: EvalSettings, runtime: Runtime | None, cluster: ClusterOptions | None,
+              say: Callable[[str], None]) -> Executor:
+    spec = runtime_spec(settings)
+    if cluster is None or not cluster.enabled:
+        return InProcess(spec, runtime=runtime, progress=say)
+    if runtime is not None:
+        raise ConfigError("a runtime object runs in this process only; Ray workers open theirs from the settings",
+                          fix="leave out runtime= (or the cluster options)")
+    from explorer.eval.cluster import RayPool
+
+    return RayPool(spec, cluster, progress=say)
+
+
+def _run_evaluation(settings: EvalSettings, store: Any, executor: Executor, *,
+                    on_run: Callable[[Trace], None] | None, show_progress: bool) -> EvalResult:
+    plan = _plan(settings, store, executor)
+    result = EvalResult(name=settings.name, skipped=plan.total - len(plan.todo))
+    tally = _Tally()
+    if result.skipped:
+        _tally_stored(store, settings, plan.questions, plan.names, plan.keys, tally)
+    if not plan.todo:
+        store.update_evaluation(settings.name, status="complete")
+        result.status = "complete"
+        return result
+    _model_name(executor.model_name(), plan.stored_settings.get("model_name"), settings)
+    _drive(settings, store, executor, plan, result, tally, on_run=on_run, show_progress=show_progress)
+    return result
+
+
+def _plan(settings: EvalSettings, store: Any, executor: Executor) -> _Plan:
+    """Read the questions, check a resume against what is stored, store the merged settings, list the runs left."""
     sources = resolve_sources(settings.datasets, fmt=settings.dataset_format, data_dir=settings.data_dir)
     settings.datasets = [s.label for s in sources]
     questions: dict[str, list[Question]] = {s.label: s.load(settings.limit) for s in sources}
@@ -403,21 +438,11 @@ def _run_evaluation(settings: EvalSettings, store: Any, *, runtime: Runtime | No
     if stored is not None:
         _check_identity(stored, settings)
         _check_sources(stored, settings, described)
-
-    def open_rt() -> Runtime:
-        from explorer.runtime import open_runtime
-
-        return open_runtime(settings.model, settings.corpus, dtype=settings.dtype, device=settings.device,
-                            attn=settings.attn, progress=say, retriever=settings.retriever_config.get("kind", "bm25"),
-                            retriever_options={k: v for k, v in settings.retriever_config.items() if k != "kind"})
-
     # Configs resolve against the model's name (its preset); a resume that has nothing left to do
     # takes the name from the stored settings and never loads the model.
     model_name = (stored or {}).get("model_name")
-    if runtime is None and model_name is None:
-        runtime = open_rt()
-    if runtime is not None:
-        model_name = _model_name(runtime, (stored or {}).get("model_name"), settings)
+    if model_name is None or executor.loaded:
+        model_name = _model_name(executor.model_name(), model_name, settings)
     resolved = {arm: arm.resolve(model_name) for arm in settings.arms}
     stored_settings = _merge(stored, settings, resolved, model_name, described)
     store.start_evaluation(settings.name, stored_settings)
@@ -430,73 +455,95 @@ def _run_evaluation(settings: EvalSettings, store: Any, *, runtime: Runtime | No
     todo = [(d, questions[d][i], arm) for i in range(depth) for d in settings.datasets if i < len(questions[d])
             for arm in settings.arms
             if (d, questions[d][i].id, arm.method, arm.variant, keys[arm]) not in done]
-    total = sum(len(qs) for qs in questions.values()) * len(settings.arms)
-    result = EvalResult(name=settings.name, skipped=total - len(todo))
-    tally = _Tally()
+    tasks = [(Task(index=n, dataset=d, question=q, method=arm.method, variant=arm.variant, given=dict(arm.given),
+                   config=resolved[arm], seed=run_seed(settings.seed, d, q.id, arm)), arm)
+             for n, (d, q, arm) in enumerate(todo)]
     names = {arm: arm.name if len({a.method for a in settings.arms}) == len(settings.arms) else _arm_label(arm)
              for arm in settings.arms}
-    if result.skipped:
-        _tally_stored(store, settings, questions, names, keys, tally)
-    if not todo:
-        store.update_evaluation(settings.name, status="complete")
-        result.status = "complete"
-        return result
-    if runtime is None:
-        runtime = open_rt()
-        _model_name(runtime, model_name, settings)
-    pending: list[tuple[str, str, Trace]] = []
+    return _Plan(questions=questions, stored_settings=stored_settings, names=names, keys=keys, todo=tasks,
+                 total=sum(len(qs) for qs in questions.values()) * len(settings.arms))
 
-    def flush() -> None:
-        for dataset in dict.fromkeys(d for d, _, _ in pending):
-            batch = [(q, t) for d, q, t in pending if d == dataset]
-            store.save_many([t for _, t in batch], evaluation=settings.name, dataset=dataset,
-                            question_ids=[q for q, _ in batch])
-        pending.clear()
 
+class _Batches:
+    """Finished runs waiting to be written: one transaction per dataset per batch."""
+
+    def __init__(self, store: Any, evaluation: str, size: int) -> None:
+        self.store, self.evaluation, self.size = store, evaluation, size
+        self.pending: list[tuple[str, str, Trace]] = []
+
+    def add(self, dataset: str, question_id: str, trace: Trace) -> None:
+        self.pending.append((dataset, question_id, trace))
+        if len(self.pending) >= self.size:
+            self.flush()
+
+    def flush(self) -> None:
+        for dataset in dict.fromkeys(d for d, _, _ in self.pending):
+            batch = [(q, t) for d, q, t in self.pending if d == dataset]
+            self.store.save_many([t for _, t in batch], evaluation=self.evaluation, dataset=dataset,
+                                 question_ids=[q for q, _ in batch])
+        self.pending.clear()
+
+
+def _drive(settings: EvalSettings, store: Any, executor: Executor, plan: _Plan, result: EvalResult, tally: _Tally,
+           *, on_run: Callable[[Trace], None] | None, show_progress: bool) -> None:
+    """Hand the runs left to the executor and write what comes back; on any interrupt, write what came back."""
     from tqdm import tqdm
 
-    bar = tqdm(total=total, initial=result.skipped, unit="run", desc=settings.name, disable=not show_progress,
+    record = _Execution(store, settings.name, plan.stored_settings, executor)
+    batches = _Batches(store, settings.name, settings.batch_size)
+    arms = {task.index: arm for task, arm in plan.todo}
+    workers = record.entry.get("workers", 1)
+    desc = settings.name + (f" ({workers} worker{'s' if workers != 1 else ''})" if record.entry["mode"] == "ray"
+                            else "")
+    bar = tqdm(total=plan.total, initial=result.skipped, unit="run", desc=desc, disable=not show_progress,
                dynamic_ncols=True, file=sys.stderr)
     if result.skipped:
         bar.set_postfix_str(tally.text(), refresh=False)
+    runs = executor.runs([task for task, _ in plan.todo])
     try:
-        for dataset, question, arm in todo:
-            _seed_everything(run_seed(settings.seed, dataset, question.id, arm))
-            try:
-                # The given values as a dict, so run_question applies the model's preset and notes it.
-                trace = run_question(arm.method, question.question, runtime, variant=arm.variant,
-                                     config=dict(arm.given), gold=question.gold())
-            except Exception as exc:  # a crash in one method on one question must not lose the evaluation
-                trace = _error_trace(question, arm, resolved[arm], runtime, exc)
+        for task, trace in runs:
+            name = plan.names[arms[task.index]]
             if trace.status != "complete":
                 result.errors += 1
-                message = f"{dataset} {question.id} {names[arm]}: {trace.error}"
+                message = f"{task.dataset} {task.question.id} {name}: {trace.error}"
                 result.error_messages.append(message)
                 bar.write(f"run failed: {message}")
-            pending.append((dataset, question.id, trace))
+            batches.add(task.dataset, task.question.id, trace)
             result.ran += 1
-            tally.add(names[arm], trace)
+            tally.add(name, trace)
             bar.set_postfix_str(tally.text(), refresh=False)
             bar.update(1)
-            if len(pending) >= settings.batch_size:
-                flush()
             if on_run is not None:
                 on_run(trace)
-        flush()
+        batches.flush()
     except BaseException:
-        flush()
-        store.update_evaluation(settings.name, status="interrupted")
+        runs.close()
+        batches.flush()
+        record.finish(result.ran, status="interrupted")
         result.status = "interrupted"
         bar.close()
         raise
     bar.close()
-    store.update_evaluation(settings.name, status="complete")
+    record.finish(result.ran, status="complete")
     result.status = "complete"
-    return result
 
 
-def _model_name(runtime: Runtime, expected: str | None, settings: EvalSettings) -> str:
-    name = str(runtime.engine.fingerprint().get("name", ""))
+class _Execution:
+    """This invocation's entry in the evaluation's ``executions`` list: who ran how many runs, on what."""
+
+    def __init__(self, store: Any, name: str, stored_settings: dict[str, Any], executor: Executor) -> None:
+        self.store, self.name, self.settings, self.executor = store, name, stored_settings, executor
+        self.entry = {"started": timestamp(), **executor.record(), "runs": 0}
+        self.settings.setdefault("executions", []).append(self.entry)
+        store.update_evaluation(name, settings=self.settings)
+
+    def finish(self, runs: int, *, status: str) -> None:
+        self.entry.update(self.executor.record())
+        self.entry.update(runs=runs, finished=timestamp())
+        self.store.update_evaluation(self.name, settings=self.settings, status=status)
+
+
+def _model_name(name: str, expected: str | None, settings: EvalSettings) -> str:
     if expected is not None and name != expected:
         raise ExplorerError(f"evaluation {settings.name!r} ran on model {expected!r}, but {settings.model!r} now "
                             f"loads {name!r}",
