@@ -45,7 +45,7 @@ run: install model
 
 test: install test-model browser
 	$(PY) -m ruff check .
-	$(TEST_ENV) $(PY) -m pytest -q
+	$(TEST_ENV) $(PY) -m pytest -q --durations=25
 
 test-fast: install test-model
 	$(TEST_ENV) $(PY) -m pytest -q -m "not slow and not browser"

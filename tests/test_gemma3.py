@@ -51,12 +51,14 @@ def test_dragin_reads_signals_that_match_a_whole_sequence_pass(gemma_runtime) ->
     assert trace.status == "complete", trace.error
     span = next(e for e in trace.events if e.kind == "generation" and e.payload["purpose"] == "draft")
     tokens = span.payload["tokens"]
-    assert span.payload["prompt_segments"][0] == ["bos", 0, 1]
+    assert span.payload["prompt_segments"][0] == ["special", 0, 1]  # the BOS the tokenizer adds, once
     assert sum(t["amax"] is not None for t in tokens) >= len(tokens) - 1
     assert any(e.kind == "trigger" for e in trace.events), "θ = 0.05 is below every RIND seen on this model"
     # One whole-sequence pass over prompt + draft gives the same entropy and amax as the KV-cached loop.
     gen = engine.generate(span.payload["prompt"], max_new_tokens=6)
     ids = gen.prompt_ids + gen.ids
+    bos = engine.tokenizer.bos_token_id
+    assert gen.prompt_ids[0] == bos and gen.prompt_ids.count(bos) == 1
     with torch.inference_mode():
         logits = engine.model(input_ids=torch.tensor([ids]), logits_to_keep=len(gen.ids) + 1).logits[0].float()
     matrix = engine.attention_matrix(ids)
