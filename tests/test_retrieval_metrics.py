@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from explorer.eval.retrieval_metrics import (
+    DATASETS,
     Row,
     drrag_trace,
     exact_paragraphs,
@@ -56,8 +57,23 @@ def test_drrag_trace_stops_at_the_selection(shared_data: Path) -> None:
     assert trace.costs.retrievals == 3 and trace.costs.llm_calls == 0
 
 
-def test_measure_and_report_without_the_model(shared_data: Path) -> None:
-    report = measure(shared_data, methods=["bm25", "sm", "qdc"], ks=[2, 4], limit=3, bases=("bm25", "dense"))
+def _first_questions(shared_data: Path, folder: Path, n: int) -> Path:
+    """A data folder holding the first ``n`` questions of each default file (so the pool, and the
+    passages the dense retriever embeds, stay small), laid out as the benchmark data is."""
+    import json
+
+    from explorer.eval.datasets import DEFAULT_FILES
+
+    for name in DATASETS:
+        source, target = shared_data / DEFAULT_FILES[name], folder / DEFAULT_FILES[name]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(json.loads(source.read_text(encoding="utf-8"))[:n]), encoding="utf-8")
+    return folder
+
+
+def test_measure_and_report_without_the_model(shared_data: Path, tmp_path: Path) -> None:
+    data = _first_questions(shared_data, tmp_path, 12)
+    report = measure(data, methods=["bm25", "sm", "qdc"], ks=[2, 4], limit=3, bases=("bm25", "dense"))
     assert report.counts == {"hotpotqa": 3, "musique": 3}
     for k in (2, 4):
         for d in ("hotpotqa", "musique"):
