@@ -25,11 +25,9 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import shutil
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from hashlib import blake2b
@@ -41,6 +39,7 @@ from explorer.errors import ConfigError, CorpusError
 from explorer.paths import cache_dir
 from explorer.retrieval.base import Hit, Passage
 from explorer.retrieval.corpora import Corpus
+from explorer.retrieval.index_cache import prune_stale, store_folder
 from explorer.retrieval.tokenizer import Tokenizer, TokenizerSettings
 
 Progress = Callable[[str], None]
@@ -163,43 +162,15 @@ class BM25Retriever:
         return model
 
     def _store(self, model) -> None:
-        """Write into a temporary folder, then rename it into place: readers never see half an index."""
+        """Keep the index in the cache (explorer.retrieval.index_cache: renamed into place, stale ones pruned)."""
         assert self.index_path is not None
-        final = self.index_path
-        tmp = final.parent / f".tmp-{final.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        try:
-            model.save(tmp, show_progress=False)
-            meta = {"format": INDEX_FORMAT_VERSION, "key": self.key, "fingerprint": self.corpus.fingerprint,
-                    "passages": len(self.corpus), "vocabulary": len(model.vocab_dict), "engine": engine_name(),
-                    "tokenizer": self.settings.as_dict(), "k1": self.params.k1, "b": self.params.b,
-                    "method": self.params.method, "source": str(self.corpus.source), "created": time.time()}
-            (tmp / META_FILE).write_text(json.dumps(meta, indent=1), encoding="utf-8")
-            if final.exists():
-                shutil.rmtree(final, ignore_errors=True)
-            try:
-                os.rename(tmp, final)
-            except OSError:  # another process stored the same index first; theirs is as good as ours
-                shutil.rmtree(tmp, ignore_errors=True)
-        except OSError as exc:  # a full or read-only cache must not stop retrieval: keep the index in memory
-            log.warning("could not store the BM25 index in %s: %s", final, exc)
-            shutil.rmtree(tmp, ignore_errors=True)
-            return
-        self._prune_stale(final)
-
-    def _prune_stale(self, final: Path) -> None:
-        """Remove indexes of earlier contents of the same corpus file (same name and source hash, other
-        passages). Indexes of the same passages under other settings stay: they are still valid."""
-        prefix = final.name[: -len(self.key)]
-        for other in final.parent.glob(f"{prefix}*"):
-            if other == final or not other.is_dir():
-                continue
-            try:
-                stale = json.loads((other / META_FILE).read_text(encoding="utf-8")).get("fingerprint") \
-                    != self.corpus.fingerprint
-            except (OSError, ValueError):
-                stale = True
-            if stale:
-                shutil.rmtree(other, ignore_errors=True)
+        meta = {"format": INDEX_FORMAT_VERSION, "key": self.key, "fingerprint": self.corpus.fingerprint,
+                "passages": len(self.corpus), "vocabulary": len(model.vocab_dict), "engine": engine_name(),
+                "tokenizer": self.settings.as_dict(), "k1": self.params.k1, "b": self.params.b,
+                "method": self.params.method, "source": str(self.corpus.source), "created": time.time()}
+        if store_folder(self.index_path, lambda tmp: model.save(tmp, show_progress=False), meta, META_FILE,
+                        "BM25 index"):
+            prune_stale(self.index_path, self.key, self.corpus.fingerprint, META_FILE)
 
     def _load_cached(self):
         """The stored index if it exists and matches this corpus; None (after removing it) if damaged."""

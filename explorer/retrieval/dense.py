@@ -43,6 +43,7 @@ from explorer.retrieval.base import Hit, Passage
 from explorer.retrieval.bm25 import _slug
 from explorer.retrieval.corpora import Corpus
 from explorer.retrieval.embeddings import TextEncoder, model_fingerprint
+from explorer.retrieval.index_cache import prune_stale, store_folder
 
 Progress = Callable[[str], None]
 INDEX_KINDS = ("auto", "exact", "flat", "ivf", "hnsw")
@@ -239,41 +240,16 @@ class DenseRetriever:
                 "embedder_path": str(self.encoder.path), "source": str(self.corpus.source), "created": time.time()}
 
     def _store(self, matrix: np.ndarray) -> None:
-        """Write into a temporary folder and rename it into place, as the BM25 index does."""
+        """Keep the matrix in the cache the way the BM25 index is kept (explorer.retrieval.index_cache)."""
         assert self.index_path is not None
-        final = self.index_path
-        tmp = final.parent / f".tmp-{final.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        try:
+
+        def write(tmp: Path) -> None:
             tmp.mkdir(parents=True)
             np.save(tmp / EMBEDDINGS_FILE, matrix)
-            meta = {**self._meta(), "embed_seconds": round(self.embed_seconds, 2)}
-            (tmp / META_FILE).write_text(json.dumps(meta, indent=1), encoding="utf-8")
-            if final.exists():
-                shutil.rmtree(final, ignore_errors=True)
-            try:
-                os.rename(tmp, final)
-            except OSError:  # another process stored the same matrix first
-                shutil.rmtree(tmp, ignore_errors=True)
-        except OSError as exc:  # a full or read-only cache must not stop retrieval
-            log.warning("could not store the passage embeddings in %s: %s", final, exc)
-            shutil.rmtree(tmp, ignore_errors=True)
-            return
-        self._prune_stale(final)
 
-    def _prune_stale(self, final: Path) -> None:
-        """Remove matrices of earlier contents of the same corpus file; other models' matrices of the
-        same passages stay (they are still valid)."""
-        prefix = final.name[: -len(self.key)]
-        for other in final.parent.glob(f"{prefix}*"):
-            if other == final or not other.is_dir():
-                continue
-            try:
-                stale = json.loads((other / META_FILE).read_text(encoding="utf-8")).get("fingerprint") \
-                    != self.corpus.fingerprint
-            except (OSError, ValueError):
-                stale = True
-            if stale:
-                shutil.rmtree(other, ignore_errors=True)
+        meta = {**self._meta(), "embed_seconds": round(self.embed_seconds, 2)}
+        if store_folder(self.index_path, write, meta, META_FILE, "passage embeddings"):
+            prune_stale(self.index_path, self.key, self.corpus.fingerprint, META_FILE)
 
     def _load_cached(self) -> np.ndarray | None:
         path = self.index_path
