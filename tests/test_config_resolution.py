@@ -21,6 +21,7 @@ from explorer.store import RunStore
 from explorer.trace import Trace
 from explorer.ui import api, controls
 from explorer.ui.controller import RunController, RuntimeHolder
+from tests.test_eval_runner import canonical as eval_canonical
 
 SETTINGS = {"max_length": 24, "answer_tokens": 4, "fewshot": 2}
 
@@ -31,15 +32,8 @@ def first_demo_question() -> str:
 
 
 def canonical(trace: Trace) -> dict[str, Any]:
-    d = trace.to_dict()
-    for key in ("run_id", "created_at", "gold"):
-        d.pop(key)
-    d["costs"].pop("wall_time")
-    d["costs"].pop("total_time")
-    for event in d["events"]:
-        event.pop("t")
-        event["payload"].pop("seconds", None)
-    return d
+    """The eval tests' canonical form, without ``gold`` (the evaluation knows it, a typed question not)."""
+    return eval_canonical(trace, also=("gold",))
 
 
 @pytest.mark.slow

@@ -32,10 +32,11 @@ def settings_for(name: str, methods: list[str], *, limit: int = 3, batch: int = 
                         limit=limit, model="embedded", corpus="demo", batch_size=batch)
 
 
-def canonical(trace: Trace) -> dict[str, Any]:
-    """A trace without what legitimately differs between identical runs: ids, timestamps, timings."""
+def canonical(trace: Trace, *, also: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A trace without what legitimately differs between identical runs: ids, timestamps, timings
+    (and the top-level fields named in ``also``)."""
     d = trace.to_dict()
-    for key in ("run_id", "created_at"):
+    for key in ("run_id", "created_at", *also):
         d.pop(key)
     d["costs"].pop("wall_time")
     d["costs"].pop("total_time")
