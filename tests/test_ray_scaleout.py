@@ -337,8 +337,8 @@ def test_workers_open_the_evaluations_retriever_and_attention_backend() -> None:
     spec = runtime_spec(EvalSettings(name="h", datasets=["demo"], arms=build_arms(["wo"]), model="random:tiny",
                                      retriever=hybrid, attn="eager"))
     assert spec.attn == "eager" and spec.retriever == hybrid
-    assert spec._retriever_args() == {"retriever": "hybrid",
-                                      "retriever_options": {k: v for k, v in hybrid.items() if k != "kind"}}
+    assert spec.retriever_choice().kind == "hybrid" and spec.retriever_choice().recorded() == hybrid
+    assert spec.retriever_choice().rrf_k == 30
     assert spec.with_device("cuda").retriever == hybrid  # a GPU worker keeps the retriever
     plain = runtime_spec(EvalSettings(name="p", datasets=["demo"], arms=build_arms(["wo"]), model="random:tiny"))
-    assert plain._retriever_args() == {"retriever": "bm25", "retriever_options": None}
+    assert plain.retriever_choice().recorded() == {"kind": "bm25"}

@@ -35,10 +35,11 @@ class RuntimeSpec:
     #: RetrieverConfig.recorded() (None: BM25 with its defaults).
     retriever: dict[str, Any] | None = None
 
-    def _retriever_args(self) -> dict[str, Any]:
-        config = dict(self.retriever or {"kind": "bm25"})
-        kind = config.pop("kind", "bm25")
-        return {"retriever": kind, "retriever_options": config or None}
+    def retriever_choice(self) -> Any:
+        """The RetrieverConfig the recorded fields describe (BM25 when none were recorded)."""
+        from explorer.retrieval.choice import retriever_config
+
+        return retriever_config(options=self.retriever or {"kind": "bm25"})
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -53,9 +54,9 @@ class RuntimeSpec:
         from explorer.runtime import open_runtime, runtime_for
 
         if is_random_spec(self.model):
-            return runtime_for(self._random_engine(), self.corpus, progress=progress, **self._retriever_args())
+            return runtime_for(self._random_engine(), self.corpus, progress=progress, retriever=self.retriever_choice())
         return open_runtime(self.model, self.corpus, dtype=self.dtype, device=self.device, attn=self.attn,
-                            progress=progress, **self._retriever_args())
+                            progress=progress, retriever=self.retriever_choice())
 
     def prepare(self, progress: Progress | None = None) -> dict[str, Any]:
         """Build what workers read from the on-disk cache (the corpus index) and say what it is.
@@ -65,9 +66,7 @@ class RuntimeSpec:
         """
         from explorer.retrieval.registry import open_retriever
 
-        args = self._retriever_args()
-        retriever = open_retriever(self.corpus, progress=progress, kind=args["retriever"],
-                                   options=args["retriever_options"])
+        retriever = open_retriever(self.corpus, progress=progress, kind=self.retriever_choice())
         describe = getattr(retriever, "describe", None)
         return describe() if callable(describe) else {"name": getattr(retriever, "name", self.corpus)}
 
