@@ -7,12 +7,17 @@ which sentence, the kept text, the query and the kept continuation, for the firs
 any retrieval) and for every decision after the first retrieval. Questions: demo questions over
 the demo corpus and HotpotQA questions over the benchmark corpus when ../shared/data is there.
 
-    .venv/bin/python -m benchmarks.bench_reference_agreement [--questions 15] [--thresholds 3,8]
+    .venv/bin/python -m benchmarks.bench_reference_agreement [--questions 15] [--dragin-thresholds 3,8]
+
+Every compared question is appended to a JSON-lines log (``--log``) as soon as it is done; a second
+run with the same log skips what is there, so a long measurement can be stopped and resumed. An
+empty threshold list (``--flare-thresholds ""``) leaves that method out.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from dataclasses import dataclass
@@ -89,7 +94,18 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=64)
     parser.add_argument("--fewshot", type=int, default=6, help="exemplars in the prompt (fewer: shorter prompts)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks/results/reference_agreement.md"))
+    parser.add_argument("--log", default=str(ROOT / ".cache/reference_agreement.jsonl"),
+                        help="per-question outcomes, appended as they come; a rerun resumes from it")
     args = parser.parse_args()
+    log_path = Path(args.log)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    settings = {"max_length": args.max_length, "fewshot": args.fewshot}
+    done: dict[tuple, dict] = {}
+    if log_path.is_file():
+        for line in log_path.read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            if row.get("settings") == settings:
+                done[(row["method"], row["threshold"], row["set"], row["id"])] = row
     lang = get_language()
     model = load_model("embedded", attn_implementation="eager").model
     sets = [("demo", "demo", load_dataset("demo", limit=args.questions))]
@@ -99,7 +115,7 @@ def main() -> None:
     started = time.perf_counter()
     table = []
     for method, thresholds in (("dragin", args.dragin_thresholds), ("flare", args.flare_thresholds)):
-        for threshold in (float(t) for t in thresholds.split(",")):
+        for threshold in (float(t) for t in thresholds.split(",") if t.strip()):
             agg = Agreement(first={f: 0 for f in FIELDS}, later={f: 0 for f in FIELDS}, disagreements=[])
             for name, corpus, questions in sets:
                 runtime = runtimes[corpus]
@@ -109,16 +125,23 @@ def main() -> None:
                     return [h.passage.as_context() for h in runtime.retriever.search(query, k)] if query.strip() else []
 
                 for q in questions:
-                    config = {"threshold": threshold, "max_length": args.max_length, "fewshot": args.fewshot}
-                    trace = run_question(method, q.question, runtime, variant="reference", config=config)
-                    demo = prompts.exemplars(q.question, "auto", args.fewshot, separator="\n")
-                    loop = oracle.dragin_loop if method == "dragin" else oracle.flare_loop
-                    theirs = loop(model, tokenizer, search, q.question, demo, threshold=threshold,
-                                  max_length=args.max_length)
-                    ours = rounds_of(trace)
-                    first, later = compare(ours, theirs, method, lang)
+                    row = done.get((method, threshold, name, q.id))
+                    if row is None:
+                        config = {"threshold": threshold, "max_length": args.max_length, "fewshot": args.fewshot}
+                        trace = run_question(method, q.question, runtime, variant="reference", config=config)
+                        demo = prompts.exemplars(q.question, "auto", args.fewshot, separator="\n")
+                        loop = oracle.dragin_loop if method == "dragin" else oracle.flare_loop
+                        theirs = loop(model, tokenizer, search, q.question, demo, threshold=threshold,
+                                      max_length=args.max_length)
+                        first, later = compare(rounds_of(trace), theirs, method, lang)
+                        row = {"method": method, "threshold": threshold, "set": name, "id": q.id,
+                               "settings": settings, "oracle_fired_first": bool(theirs and theirs[0].fired),
+                               "first": first, "later": later}
+                        with log_path.open("a", encoding="utf-8") as fh:
+                            fh.write(json.dumps(row) + "\n")
+                    first, later = row["first"], row["later"]
                     agg.questions += 1
-                    agg.fired_first += bool(theirs and theirs[0].fired)
+                    agg.fired_first += row["oracle_fired_first"]
                     for f in FIELDS:
                         agg.first[f] += first.get(f, False)
                     if later is not None:
@@ -133,7 +156,8 @@ def main() -> None:
     lines = [
         "# Reference variants against an independent oracle of the authors' code",
         "",
-        f"Embedded model, max_length {args.max_length}, {args.fewshot} exemplars, {cpu_name()}, {minutes:.0f} min. "
+        f"Embedded model, max_length {args.max_length}, {args.fewshot} exemplars, {cpu_name()}; "
+        f"{len(done)} outcomes read from the log, the rest measured in {minutes:.0f} min. "
         f"Questions: {', '.join(f'{len(qs)} {n}' for n, _, qs in sets)}. Generated by "
         "`python -m benchmarks.bench_reference_agreement`.",
         "",
