@@ -7,7 +7,7 @@ which sentence, the kept text, the query and the kept continuation, for the firs
 any retrieval) and for every decision after the first retrieval. Questions: demo questions over
 the demo corpus and HotpotQA questions over the benchmark corpus when ../shared/data is there.
 
-    .venv/bin/python -m benchmarks.bench_reference_agreement [--questions 15] [--dragin-thresholds 3,8]
+    .venv/bin/python -m benchmarks.bench_reference_agreement [--questions 15] [--dragin-thresholds 3,12]
 
 Every compared question is appended to a JSON-lines log (``--log``) as soon as it is done; a second
 run with the same log skips what is there, so a long measurement can be stopped and resumed. An
@@ -89,7 +89,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--questions", type=int, default=15, help="demo questions, and as many HotpotQA ones")
-    parser.add_argument("--dragin-thresholds", default="3,8", help="DRAGIN θ: one firing often, one rarely")
+    parser.add_argument("--dragin-thresholds", default="3,12", help="DRAGIN θ: one firing often, one rarely")
     parser.add_argument("--flare-thresholds", default="0.2,0.5", help="FLARE θ: one firing often, one rarely")
     parser.add_argument("--max-length", type=int, default=64)
     parser.add_argument("--fewshot", type=int, default=6, help="exemplars in the prompt (fewer: shorter prompts)")
