@@ -45,6 +45,8 @@ class AppSettings:
     model: str = "embedded"
     corpus: str = "demo"
     preload: bool = True
+    #: Reuse the states of a prompt opening shared with a recent prompt (:mod:`explorer.engine.prefix_cache`).
+    prefix_cache: bool = True
     retriever: str = "bm25"
     embedder: str = ""
     attn: str = "auto"
@@ -169,7 +171,8 @@ def build_app(settings: AppSettings) -> gr.Blocks:
         runtime = open_runtime(settings.model, settings.corpus, retriever=start_choice, attn=settings.attn,
                                progress=holder.note)
         # The methods' prompts open with the same instruction and exemplars: encode those once.
-        runtime.engine.prefix_cache = PrefixCache()
+        if settings.prefix_cache:
+            runtime.engine.prefix_cache = PrefixCache()
         return runtime
 
     holder = RuntimeHolder(open_app_runtime,

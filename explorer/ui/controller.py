@@ -144,6 +144,7 @@ class _Live:
     events: list[Event] = field(default_factory=list)
     tokens: list[dict[str, Any]] = field(default_factory=list)
     purpose: str = ""
+    streamed: bool = False
 
 
 def status_html(text: str, *, error: bool = False) -> str:
@@ -261,6 +262,8 @@ class RunController:
                 live = _Live(specs[index])
                 urgent = True
             elif kind == "token" and live is not None:
+                urgent = not live.streamed  # a run's first token is shown at once, not at the next refresh
+                live.streamed = True
                 live.tokens.append(data)
                 live.purpose = str(data.get("purpose", ""))
                 dirty = True
