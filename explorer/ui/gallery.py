@@ -118,32 +118,31 @@ def is_stale(folder: Path = GALLERY_DIR) -> str:
     return load(folder).problem
 
 
-def record(folder: Path = GALLERY_DIR, *, model: str = "embedded", corpus: str = "demo",
-           progress: Any = print) -> list[Item]:
-    """Run every gallery item on the embedded model and write its trace and the index."""
+def _cases() -> dict[str, Any]:
     from explorer.eval.datasets import load_dataset
-    from explorer.methods.base import run_question
-    from explorer.runtime import open_runtime
 
     cases = {q.extra.get("case_study"): q for q in load_dataset("demo") if q.extra.get("case_study")}
     missing = sorted({case for case, _ in ITEMS} - set(cases))
     if missing:
         raise SystemExit(f"the demo questions have no case study {', '.join(missing)}")
-    runtime = open_runtime(model, corpus, progress=progress)
-    folder.mkdir(parents=True, exist_ok=True)
-    items = []
+    return cases
+
+
+def write_index(folder: Path = GALLERY_DIR) -> list[Item]:
+    """The index over the trace files present, in :data:`ITEMS` order; other files are removed."""
+    cases = _cases()
+    items, model = [], None
     for case, method in ITEMS:
-        q = cases[case]
-        progress(f"recording {method} on the {case} case study …")
-        trace = run_question(method, q.question, runtime, gold=q.gold())
-        if trace.status != "complete":
-            raise SystemExit(f"{method} on {q.id} ended {trace.status}: {trace.error}")
+        path = folder / file_name(case, method)
+        if not path.is_file():
+            continue
+        trace = Trace.from_json(path.read_text(encoding="utf-8"))
         trace.validate()
-        name = file_name(case, method)
-        (folder / name).write_text(trace.to_json() + "\n", encoding="utf-8")
-        items.append(Item(case=case, method=method, question_id=q.id, question=q.question, file=name,
+        model = model or trace.model.get("name")
+        q = cases[case]
+        items.append(Item(case=case, method=method, question_id=q.id, question=q.question, file=path.name,
                           run_id=trace.run_id, answer=str(trace.answer or ""), retrievals=trace.costs.retrievals))
-    index = {"trace_version": TRACE_VERSION, "model": runtime.engine.fingerprint().get("name"), "corpus": corpus,
+    index = {"trace_version": TRACE_VERSION, "model": model, "corpus": "demo",
              "items": [item.__dict__ for item in items]}
     (folder / INDEX).write_text(json.dumps(index, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     for old in folder.glob("*.json"):
@@ -152,12 +151,42 @@ def record(folder: Path = GALLERY_DIR, *, model: str = "embedded", corpus: str =
     return items
 
 
+def record(folder: Path = GALLERY_DIR, *, model: str = "embedded", corpus: str = "demo", progress: Any = print,
+           only: set[str] | None = None) -> list[Item]:
+    """Run the gallery items (``only``: those keys, e.g. ``seakr-seakr``) on the embedded model, write
+    each trace, then the index over every trace present."""
+    from explorer.methods.base import run_question
+    from explorer.runtime import open_runtime
+
+    cases = _cases()
+    wanted = [(c, m) for c, m in ITEMS if not only or f"{c}-{m}" in only]
+    if only and len(wanted) != len(only):
+        known = ", ".join(f"{c}-{m}" for c, m in ITEMS)
+        raise SystemExit(f"unknown gallery item(s) in {', '.join(sorted(only))}; known: {known}")
+    runtime = open_runtime(model, corpus, progress=progress)
+    folder.mkdir(parents=True, exist_ok=True)
+    if not only:  # a full recording replaces whatever was there
+        for old in folder.glob("*.json"):
+            old.unlink()
+    for case, method in wanted:
+        q = cases[case]
+        progress(f"recording {method} on the {case} case study …")
+        trace = run_question(method, q.question, runtime, gold=q.gold())
+        if trace.status != "complete":
+            raise SystemExit(f"{method} on {q.id} ended {trace.status}: {trace.error}")
+        trace.validate()
+        (folder / file_name(case, method)).write_text(trace.to_json() + "\n", encoding="utf-8")
+    return write_index(folder)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m explorer.ui.gallery",
                                      description="Record the app's gallery of case-study runs (embedded model).")
     parser.add_argument("--if-stale", action="store_true",
                         help="record only when the shipped traces are missing or of another trace version")
     parser.add_argument("--folder", type=Path, default=GALLERY_DIR, help="where to write (default assets/gallery)")
+    parser.add_argument("--only", nargs="+", metavar="CASE-METHOD",
+                        help="record just these items (e.g. seakr-seakr), keeping the others")
     args = parser.parse_args(argv)
     if args.if_stale:
         why = is_stale(args.folder)
@@ -165,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             print("the recorded gallery is current", flush=True)
             return 0
         print(f"recording the gallery again: {why}", flush=True)
-    items = record(args.folder, progress=lambda m: print(m, flush=True))
+    items = record(args.folder, progress=lambda m: print(m, flush=True), only=set(args.only or ()) or None)
     size = sum((args.folder / i.file).stat().st_size for i in items)
     print(f"{len(items)} runs recorded in {args.folder} ({size / 1024:.0f} KiB)", flush=True)
     return 0
