@@ -117,8 +117,13 @@ def choose(page: Any, elem_id: str, text: str) -> None:
     page.locator("ul[role=listbox] li").filter(has_text=text).first.click()
 
 
-def pick_question(page: Any, text: str) -> None:
-    """Pick a listed question and wait until the app has put it in the question box."""
+def pick_question(page: Any, text: str, source: str = "Demo questions") -> None:
+    """Pick a listed question of ``source`` and wait until the app has put it in the question box.
+
+    (The page opens on the case studies; the demo questions include them and many more.)"""
+    if source not in page.locator("#question-source input").input_value():
+        choose(page, "question-source", source)
+        page.wait_for_function("() => document.querySelector('#question-pick input').value === ''")
     choose(page, "question-pick", text)
     page.wait_for_function("(t) => document.querySelector('#question textarea').value.includes(t)", arg=text)
 

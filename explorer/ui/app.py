@@ -337,10 +337,11 @@ def build_app(settings: AppSettings) -> gr.Blocks:
                 return status_html("Cancelling … the partial run will be stored.")
             return status_html("Nothing is running.")
 
-        run_btn.click(on_run, run_inputs, outputs, concurrency_limit=1, concurrency_id=MODEL_QUEUE,
-                      show_progress="hidden", api_visibility="private")
+        # The recorded-run line goes first: the browser starts a button's handlers in order, and the run streams.
         run_btn.click(lambda: gr.update(visible=False), None, shelf_block.row, queue=False, api_visibility="private",
                       show_progress="hidden")
+        run_btn.click(on_run, run_inputs, outputs, concurrency_limit=1, concurrency_id=MODEL_QUEUE,
+                      show_progress="hidden", api_visibility="private")
 
         # -- recorded runs ------------------------------------------------------------------
         shelf_block.table.click(gallery_block.opener(shelf, cache), [shelf_block.table, view.signal],
