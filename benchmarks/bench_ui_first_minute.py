@@ -59,7 +59,7 @@ OPEN_RECORDED = """
 """
 
 
-def measure(setup: tuple[str, ...], repeats: int, work: Path, name: str) -> list[dict]:
+def measure(setup: tuple[str, ...], repeats: int, work: Path, name: str, screenshot: Path | None = None) -> list[dict]:
     from explorer.ui import gallery
 
     shelf = gallery.load()
@@ -73,6 +73,8 @@ def measure(setup: tuple[str, ...], repeats: int, work: Path, name: str) -> list
                 page.goto(app.url, wait_until="commit")
                 first_view = page.evaluate(FIRST_VIEW) / 1000
                 wait_ready(page)
+                if screenshot is not None and rep == 0:
+                    page.screenshot(path=str(screenshot), full_page=True)  # the page as a visitor first sees it
                 opened = page.evaluate(OPEN_RECORDED, [seakr, shelf.items[seakr].run_id]) / 1000
                 page.close()
                 page = context.new_page()  # the page exactly as a visitor gets it, untouched
@@ -118,13 +120,16 @@ def table(results: dict[str, list[dict]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--screenshot", type=Path, default=None, metavar="PNG",
+                        help="also save the opened page (as shipped), e.g. docs/screenshots/first-view.png")
     args = parser.parse_args()
     print(f"{machine()}\n", flush=True)
     results: dict[str, list[dict]] = {}
     loads = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory(prefix="bench-first-") as work:
         for index, (name, setup) in enumerate(SETUPS.items()):
-            results[name] = measure(setup, args.repeats, Path(work), f"first-{index}")
+            results[name] = measure(setup, args.repeats, Path(work), f"first-{index}",
+                                    args.screenshot if index == 0 else None)
             loads += [r["load"] for r in results[name]]
     load = f"load average {min(loads):.1f}–{max(loads):.1f} during the runs"
     text = "\n".join([

@@ -11,7 +11,7 @@ import pytest
 from explorer.store import RunStore
 from explorer.trace import TRACE_VERSION
 from explorer.ui import gallery
-from tests.browser_support import CHROMIUM, browser_context, shot, start_app, wait_done, wait_ready
+from tests.browser_support import CHROMIUM, browser_context, shot, start_app, wait_done, wait_ready, wait_tokens
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow,
               pytest.mark.skipif(not Path(CHROMIUM).exists(),
@@ -105,10 +105,12 @@ def test_a_panel_title_opens_its_paragraph_of_the_help_tab(page) -> None:
 
 def test_run_from_the_opened_page_works_without_touching_any_control(page, app) -> None:
     wait_ready(page)
+    log = app.log.read_text()
+    assert "model and corpus ready" in log and "warm-up run skipped" not in log  # the start-up warm-up ran
     before = {r["run_id"] for r in RunStore(app.db).list(limit=10_000)}
     page.evaluate("document.querySelector('#run-view .dre-root')?.setAttribute('data-stale', '1')")
     page.locator("#run").click()
-    page.wait_for_selector("#run-view .dre-tokens .tok", timeout=120_000)
+    wait_tokens(page)
     wait_done(page)
     assert page.locator("#recorded-row").is_hidden()  # a live run is not marked recorded
     new = [r for r in RunStore(app.db).list(limit=10_000) if r["run_id"] not in before]

@@ -87,7 +87,7 @@ def warm_up(question: str, method: str = "dragin") -> Any:
         from explorer.methods.base import run_question
 
         try:
-            run_question(method, question, runtime, config={"max_length": 4, "answer_tokens": 2})
+            run_question(method, question, runtime, config={"max_length": 8, "answer_tokens": 2})
         except ExplorerError as exc:  # a model or corpus the method cannot use: the real run will say so
             log.info("warm-up run skipped: %s", exc.message)
 
