@@ -380,7 +380,7 @@ def build_app(settings: AppSettings) -> gr.Blocks:
         timer = gr.Timer(1.0, active=not holder.ready)
 
         def poll() -> tuple[str, Any]:
-            return _note(holder.status()), gr.Timer(active=holder.state in ("loading", "not loaded"))
+            return _note(holder.status()), gr.Timer(active=holder.state not in ("ready", "failed"))
 
         timer.tick(poll, None, [model_status, timer], api_visibility="private", queue=False, show_progress="hidden")
     return demo
