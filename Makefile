@@ -12,7 +12,7 @@ EDITABLE := $(VENV)/.editable
 # The test suite keeps its caches (converted model, indexes) inside the checkout.
 TEST_ENV := EXPLORER_CACHE=$(CURDIR)/.cache HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
-.PHONY: install run test test-fast lint bench model test-model browser clean
+.PHONY: install run test test-fast lint bench model test-model browser gallery clean
 
 $(STAMP): requirements.txt requirements-dev.txt
 	python3 -m venv $(VENV)
@@ -40,7 +40,12 @@ browser:
 		else echo "browser tests need /usr/bin/chromium: sudo apt-get install chromium"; exit 1; fi; \
 	fi
 
-run: install model
+# The recorded case-study runs the app opens with (assets/gallery): recorded again only when the
+# shipped traces are of another trace version than the explorer writes (or missing).
+gallery: install model
+	$(PY) -m explorer.ui.gallery --if-stale
+
+run: install model gallery
 	$(PY) app.py
 
 test: install test-model browser

@@ -39,6 +39,34 @@
     observer.observe(div);
   }
 
+  /* A panel title's "?" opens its paragraph in the app's "How to read" tab (absent in a report). */
+  DRE.openHelp = function (anchor) {
+    var tab = document.querySelector("#tab-help-button");
+    if (!tab) return false;
+    tab.click();
+    var tries = 0;
+    (function reveal() {
+      var target = document.getElementById(anchor);
+      if (target && target.offsetParent !== null) {
+        target.scrollIntoView({ block: "start" });
+        var item = target.closest("li, p, h4") || target;
+        item.classList.add("dre-flash");
+        setTimeout(function () { item.classList.remove("dre-flash"); }, 2000);
+      } else if (tries++ < 40) {
+        setTimeout(reveal, 50);
+      }
+    })();
+    return true;
+  };
+
+  if (!DRE.helpLinks) {
+    DRE.helpLinks = true;
+    document.addEventListener("click", function (event) {
+      var link = event.target && event.target.closest ? event.target.closest("a.dre-help") : null;
+      if (link && DRE.openHelp(link.getAttribute("data-help"))) event.preventDefault();
+    });
+  }
+
   DRE.render = function (root) {
     if (!window.Plotly) {
       setTimeout(function () { DRE.render(root); }, 100);

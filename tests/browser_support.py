@@ -118,7 +118,13 @@ def choose(page: Any, elem_id: str, text: str) -> None:
 
 
 def pick_question(page: Any, text: str) -> None:
-    """Pick a listed question and wait until the app has put it in the question box."""
+    """Pick a listed question and wait until the app has put it in the question box.
+
+    The page opens on the case studies; from there the demo questions (which include them and
+    many more) are chosen first. Any other source chosen before (a loaded file) is kept."""
+    if page.locator("#question-source input").input_value().startswith("Case studies"):
+        choose(page, "question-source", "Demo questions")
+        page.wait_for_function("() => document.querySelector('#question-pick input').value === ''")
     choose(page, "question-pick", text)
     page.wait_for_function("(t) => document.querySelector('#question textarea').value.includes(t)", arg=text)
 
@@ -152,6 +158,11 @@ def click_run(page: Any) -> None:
 def wait_ready(page: Any, timeout: float = 180_000) -> None:
     """The model and corpus are loaded (the app loads them in the background at start)."""
     page.wait_for_function("document.querySelector('#model-status')?.innerText.includes('ready')", timeout=timeout)
+
+
+def wait_tokens(page: Any, view: str = "#run-view", timeout: float = 120_000) -> None:
+    """Tokens of the run just started are in the view (not those of the view shown before Run)."""
+    page.wait_for_selector(f"{view} .dre-root:not([data-stale]) .dre-tokens .tok", timeout=timeout)
 
 
 def wait_done(page: Any, view: str = "#run-view", runs: int = 1, timeout: float = 240_000) -> None:

@@ -33,6 +33,7 @@ from tests.browser_support import (
     start_app,
     wait_done,
     wait_ready,
+    wait_tokens,
     write_corpus,
 )
 from tests.ui_payloads import IMG, LINK, SCRIPT
@@ -92,7 +93,7 @@ def _run_dragin(page, max_length: int = 24) -> None:
     set_param(page, "dragin", "threshold", 0.3)
     click_run(page)
     try:
-        page.wait_for_selector("#run-view .dre-tokens .tok", timeout=120_000)  # tokens while it runs
+        wait_tokens(page)  # tokens while it runs
         wait_done(page)
     finally:
         shot(page, "last-dragin-run")
@@ -316,7 +317,7 @@ def test_cancel_stops_the_run_and_stores_it_as_cancelled(page, app):
     set_methods(page, ["dragin"])
     set_param(page, "dragin", "max_length", 300)
     click_run(page)
-    page.wait_for_selector("#run-view .dre-tokens .tok", timeout=120_000)
+    wait_tokens(page)
     page.locator("#cancel").click()
     page.wait_for_function("document.querySelector('#run-status').innerText.includes('Cancelled')", timeout=60_000)
     run_id = page.locator("#run-view .dre-run").get_attribute("data-run")
@@ -369,7 +370,7 @@ def test_killing_the_server_mid_run_leaves_the_database_sound(context, tmp_path)
         set_methods(page, ["dragin"])
         set_param(page, "dragin", "max_length", 200)
         click_run(page)
-        page.wait_for_selector("#run-view .dre-tokens .tok", timeout=120_000)  # the model is writing now
+        wait_tokens(page)  # the model is writing now
         os.kill(server.proc.pid, signal.SIGKILL)
         server.proc.wait(timeout=30)
         assert page.locator("#run-view .dre-root").get_attribute("data-busy") == "1"  # it never finished

@@ -131,6 +131,9 @@ class Engine:
         #: Ids the tokenizer puts before any text (a BOS token). Models trained with one (Gemma,
         #: Llama) degrade without it, so every prompt starts with it; SmolLM2's tokenizer has none.
         self.prefix_ids: list[int] = _special_prefix(self.tokenizer)
+        #: Reuses the states of a prompt's opening shared with a recent prompt (an
+        #: :class:`~explorer.engine.prefix_cache.PrefixCache`; None: every prompt is encoded whole).
+        self.prefix_cache: Any = None
 
     # -- facts ----------------------------------------------------------------------------------
     def fingerprint(self) -> dict[str, Any]:
@@ -296,6 +299,13 @@ class Engine:
                                                               "its attention implementation")
         return out
 
+    def _prefill(self, prompt_ids: list[int]) -> tuple[Any, Any]:
+        """The prompt's pass: a new cache holding it, and the output with the next token's logits."""
+        if self.prefix_cache is not None:
+            return self.prefix_cache.prefill(self, prompt_ids)
+        cache = self._new_cache()
+        return cache, self._forward(torch.tensor([prompt_ids], device=self.device), cache)
+
     def _new_cache(self) -> Any:
         from transformers import DynamicCache
 
@@ -307,7 +317,6 @@ class Engine:
         generator = None
         if sampling is not None:
             generator = torch.Generator(device="cpu").manual_seed(int(sampling.seed))
-        cache = self._new_cache()
         p_len = len(prompt_ids)
         amax = AmaxTracker(p_len)
         tokens: list[TokenSignal] = []
@@ -322,7 +331,7 @@ class Engine:
             if capture is not None:
                 capture.__enter__()
             self.probe.active = False
-            out = self._forward(torch.tensor([prompt_ids], device=self.device), cache)
+            cache, out = self._prefill(prompt_ids)
             forward_passes += 1
             logits = out.logits[0, -1]
             while True:

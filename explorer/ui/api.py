@@ -6,6 +6,7 @@
     client = Client("http://127.0.0.1:7860/")
     summary = client.predict("Who lived longer, ...?", "dragin", "paper", '{"threshold": 0.3}', api_name="/run")
     trace = client.predict(summary["run_id"], api_name="/fetch_run")
+    client.predict(api_name="/status")  # {"state": "ready", "message": ..., "forward_passes": N}
 
 ``/run`` shares the model's queue slot with the browser's Run button, so scripted and
 interactive runs never use the model at once. Bad input comes back as an error carrying the
@@ -115,5 +116,11 @@ def register(controller: RunController, store: RunStore, model: str) -> None:
 
         return guarded("run_id", body)
 
+    def status() -> dict[str, Any]:
+        """Whether the model is loaded, and how many forward passes it has made since (0 until ready)."""
+        holder = controller.runtime
+        return {"state": holder.state, "message": holder.status(), "forward_passes": holder.forward_passes}
+
     gr.api(run, api_name="run", concurrency_limit=1, concurrency_id="model")
+    gr.api(status, api_name="status")
     gr.api(fetch_run, api_name="fetch_run")

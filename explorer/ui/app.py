@@ -26,7 +26,7 @@ from explorer.eval.question_formats import QUESTION_FORMATS  # noqa: E402
 from explorer.methods.base import method_names  # noqa: E402
 from explorer.paths import ASSETS_DIR  # noqa: E402
 from explorer.store import RunStore  # noqa: E402
-from explorer.ui import api, controls, history_tab, questions, viewblock  # noqa: E402
+from explorer.ui import api, controls, gallery, gallery_block, history_tab, questions, viewblock  # noqa: E402
 from explorer.ui.controller import RunController, RuntimeHolder, status_html  # noqa: E402
 from explorer.ui.evaluations import build_evaluations_tab  # noqa: E402
 from explorer.ui.history import Exports, TraceCache  # noqa: E402
@@ -45,6 +45,8 @@ class AppSettings:
     model: str = "embedded"
     corpus: str = "demo"
     preload: bool = True
+    #: Reuse the states of a prompt opening shared with a recent prompt (:mod:`explorer.engine.prefix_cache`).
+    prefix_cache: bool = True
     retriever: str = "bm25"
     embedder: str = ""
     attn: str = "auto"
@@ -63,6 +65,33 @@ def _note(text: str) -> str:
 
 def css_paths() -> list[Path]:
     return [ASSETS_DIR / "explorer.css", ASSETS_DIR / "app.css"]
+
+
+def gold_html(q: questions.Question | None) -> str:
+    """The gold answer and passages of a picked question, shown under the question box."""
+    if q is None:
+        return ""
+    answers = " | ".join(q.answers)
+    passages = ", ".join(q.gold_passages) or "none listed"
+    return (f'<div class="dre-root dre-note">Gold answer: <b>{esc(answers)}</b> · gold passages: '
+            f"<code>{esc(passages)}</code></div>")
+
+
+def warm_up(question: str, method: str = "dragin") -> Any:
+    """A short run of the method and question the page opens with, before the model is offered.
+
+    Not stored. It pays, at start-up, for what the first real run would otherwise wait on (the
+    first forward passes, lazily built tables), so Run shows a first token at once.
+    """
+    def warm(runtime: Any) -> None:
+        from explorer.methods.base import run_question
+
+        try:
+            run_question(method, question, runtime, config={"max_length": 8, "answer_tokens": 2})
+        except ExplorerError as exc:  # a model or corpus the method cannot use: the real run will say so
+            log.info("warm-up run skipped: %s", exc.message)
+
+    return warm
 
 
 def _method_settings(methods: list[str], model: str) -> tuple[dict[str, Any], dict[tuple[str, str], Any]]:
@@ -130,9 +159,25 @@ def build_app(settings: AppSettings) -> gr.Blocks:
     from explorer.runtime import open_runtime
 
     start_choice = retriever_config(settings.retriever, settings.embedder or None)  # a bad option fails at start
-    holder = RuntimeHolder(lambda: open_runtime(settings.model, settings.corpus, retriever=start_choice,
-                                                        attn=settings.attn),
-                           describe=f"model {settings.model}, corpus {settings.corpus}, retriever {start_choice.label}")
+    shelf = gallery.load()
+    if shelf.problem:
+        log.warning("%s", shelf.problem)
+    first = shelf.first
+    opening_key = f"demo:{first.question_id}" if first else None
+    opening = questions.find(questions.CASES, opening_key) if opening_key else None
+    def open_app_runtime() -> Any:
+        from explorer.engine.prefix_cache import PrefixCache
+
+        runtime = open_runtime(settings.model, settings.corpus, retriever=start_choice, attn=settings.attn,
+                               progress=holder.note)
+        # The methods' prompts open with the same instruction and exemplars: encode those once.
+        if settings.prefix_cache:
+            runtime.engine.prefix_cache = PrefixCache()
+        return runtime
+
+    holder = RuntimeHolder(open_app_runtime,
+                           describe=f"model {settings.model}, corpus {settings.corpus}, retriever {start_choice.label}",
+                           warm=warm_up(opening.question) if opening is not None else None)
     if settings.preload:
         holder.start()
     controller = RunController(store, holder, retarget=_retargeter(settings.corpus))
@@ -151,13 +196,15 @@ def build_app(settings: AppSettings) -> gr.Blocks:
             with gr.Tab("Run", id="run", elem_id="tab-run"):
                 with gr.Row():
                     with gr.Column(scale=3):
-                        source = gr.Dropdown(questions.sources(), value=questions.DEMO, label="Question source",
+                        start_source = questions.CASES if opening is not None else questions.DEMO
+                        source = gr.Dropdown(questions.sources(), value=start_source, label="Question source",
                                              elem_id="question-source")
                         loaded_files = gr.State({})  # this browser's question files (questions.Loaded)
                         note = questions.data_note()
                         data_note = gr.HTML(_note(note), visible=bool(note), elem_id="data-note", js_on_load=None)
-                        picked = gr.Dropdown(questions.choices(questions.DEMO), value=None, label="Pick a question",
-                                             elem_id="question-pick")
+                        picked = gr.Dropdown(questions.choices(start_source),
+                                             value=opening_key if opening is not None else None,
+                                             label="Pick a question", elem_id="question-pick")
                         with gr.Accordion("Load a question file", open=False, elem_id="question-file-box"):
                             with gr.Row():
                                 question_file = gr.File(label="Question file (.json, .jsonl, .csv, .tsv, .gz)",
@@ -168,9 +215,10 @@ def build_app(settings: AppSettings) -> gr.Blocks:
                                     [questions.AUTO_FORMAT, *QUESTION_FORMATS], value=questions.AUTO_FORMAT,
                                     label="Format", elem_id="question-format",
                                     info="detect reads the first record; question-only is 'questions'")
-                        question = gr.Textbox(label="Question", lines=2, elem_id="question",
+                        question = gr.Textbox(opening.question if opening is not None else "", label="Question",
+                                              lines=2, elem_id="question",
                                               placeholder="Type a question, or pick one above (you can edit it)")
-                        gold = gr.HTML("", elem_id="gold", js_on_load=None)
+                        gold = gr.HTML(gold_html(opening), elem_id="gold", js_on_load=None)
                     with gr.Column(scale=2):
                         with gr.Row(elem_id="retrieval-row"):
                             gr.Textbox(settings.corpus, label="Corpus", interactive=False, elem_id="corpus",
@@ -191,8 +239,10 @@ def build_app(settings: AppSettings) -> gr.Blocks:
                 with gr.Accordion("Method settings (the papers' defaults, or the model's preset where there is one; "
                                   "each value is checked by the method's config)", open=False, elem_id="settings"):
                     variant_inputs, param_inputs = _method_settings(methods, model_name)
+                shelf_block = gallery_block.build(shelf, cache)
                 view = viewblock.build("run", cache, head, '<p class="dre-empty">Pick a question and methods, then '
-                                       "press Run. Tokens appear as the model writes them.</p>")
+                                       "press Run. Tokens appear as the model writes them.</p>",
+                                       shown=viewblock.Shown([first.run_id]) if first else None)
             history_tab.build(store, cache, exports, head)
             with gr.Tab("Evaluations", id="evaluations", elem_id="tab-evaluations"):
                 evaluations = build_evaluations_tab(store)
@@ -222,10 +272,7 @@ def build_app(settings: AppSettings) -> gr.Blocks:
             q = questions.find(src, key, loaded)
             if q is None:
                 return gr.update(), ""
-            answers = " | ".join(q.answers)
-            passages = ", ".join(q.gold_passages) or "none listed"
-            return q.question, (f'<div class="dre-root dre-note">Gold answer: <b>{esc(answers)}</b> · gold passages: '
-                                f"<code>{esc(passages)}</code></div>")
+            return q.question, gold_html(q)
 
         def on_question_file(path: str | None, fmt: str, loaded: questions.Loaded) -> tuple[Any, Any, Any]:
             if not path:
@@ -253,15 +300,22 @@ def build_app(settings: AppSettings) -> gr.Blocks:
                       *variant_inputs.values(), *param_inputs.values()}
         outputs = [view.html, status, view.state, view.run, view.theta]
 
-        def on_run(data: dict, request: gr.Request):
+        def on_run(data: dict, request: gr.Request, recorded: gallery.Item | None = None):
+            """Run the ticked methods; with ``recorded``, that recorded run's question and method again."""
             skip = (gr.skip(), gr.skip(), gr.skip())
             try:
                 ticked = sorted(data[chosen] or [], key=lambda m: methods.index(m) if m in methods else len(methods))
+                if recorded is not None:
+                    ticked = [recorded.method]
                 specs = controls.build_specs(ticked,
                                              {m: data[c] for m, c in variant_inputs.items()},
                                              {k: data[c] for k, c in param_inputs.items()}, model=model_name)
                 q = questions.find(data[source], data[picked], data[loaded_files])
+                if recorded is not None:
+                    q = questions.find(questions.CASES, f"demo:{recorded.question_id}")
                 text = (data[question] or "").strip()
+                if recorded is not None and q is not None:
+                    text = q.question
                 if not text and q is not None and data[source] != questions.TYPED:
                     text = q.question  # picked and run before the text box was filled in
                 gold_info = questions.gold_of(q) if q is not None and q.question.strip() == text else {}
@@ -283,15 +337,50 @@ def build_app(settings: AppSettings) -> gr.Blocks:
                 return status_html("Cancelling … the partial run will be stored.")
             return status_html("Nothing is running.")
 
+        # The recorded-run line goes first: the browser starts a button's handlers in order, and the run streams.
+        run_btn.click(lambda: gr.update(visible=False), None, shelf_block.row, queue=False, api_visibility="private",
+                      show_progress="hidden")
         run_btn.click(on_run, run_inputs, outputs, concurrency_limit=1, concurrency_id=MODEL_QUEUE,
                       show_progress="hidden", api_visibility="private")
+
+        # -- recorded runs ------------------------------------------------------------------
+        shelf_block.table.click(gallery_block.opener(shelf, cache), [shelf_block.table, view.signal],
+                                [view.html, view.state, view.run, view.theta, shelf_block.note, shelf_block.row,
+                                 shelf_block.key, status], queue=False, api_visibility="private",
+                                show_progress="hidden")
+        method_params = {m: [(name, c) for (mm, name), c in param_inputs.items() if mm == m] for m in methods}
+        fill_outputs = [source, picked, question, gold, chosen, *variant_inputs.values(), *param_inputs.values()]
+
+        def fill_from(key: str, src: str) -> list[Any]:
+            """The controls set to a recorded run's question, method, variant and settings."""
+            item, trace = shelf.item(key), shelf.trace(key)
+            if item is None or trace is None:
+                return [gr.skip()] * len(fill_outputs)
+            q = questions.find(questions.CASES, f"demo:{item.question_id}")
+            values = {c: gr.update(value=trace.config[name]) for name, c in method_params.get(item.method, [])
+                      if name in trace.config}
+            return [gr.skip() if src == questions.CASES else questions.CASES,
+                    f"demo:{item.question_id}", item.question, gold_html(q), [item.method],
+                    *(trace.variant if m == item.method else gr.skip() for m in variant_inputs),
+                    *(values.get(c, gr.skip()) for c in param_inputs.values())]
+
+        def on_run_live(data: dict, request: gr.Request):
+            item = shelf.item(data[shelf_block.key])
+            yield from on_run(data, request, recorded=item)
+
+        shelf_block.live.click(fill_from, [shelf_block.key, source], fill_outputs, queue=False,
+                               api_visibility="private", show_progress="hidden").then(
+            lambda: gr.update(visible=False), None, shelf_block.row, queue=False, api_visibility="private",
+            show_progress="hidden").then(
+            on_run_live, {*run_inputs, shelf_block.key}, outputs, concurrency_limit=1, concurrency_id=MODEL_QUEUE,
+            show_progress="hidden", api_visibility="private")
         cancel_btn.click(on_cancel, None, status, queue=False, api_visibility="private")
 
         # -- model status -------------------------------------------------------------------
         timer = gr.Timer(1.0, active=not holder.ready)
 
         def poll() -> tuple[str, Any]:
-            return _note(holder.status()), gr.Timer(active=holder.state in ("loading", "not loaded"))
+            return _note(holder.status()), gr.Timer(active=holder.state not in ("ready", "failed"))
 
         timer.tick(poll, None, [model_status, timer], api_visibility="private", queue=False, show_progress="hidden")
     return demo

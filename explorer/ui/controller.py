@@ -37,17 +37,28 @@ REFRESH = 0.2
 
 
 class RuntimeHolder:
-    """Loads the model and corpus once, in the background or on first use, and says how far it got."""
+    """Loads the model and corpus once, in the background or on first use, and says how far it got.
 
-    def __init__(self, factory: Callable[[], Runtime], describe: str) -> None:
+    ``warm`` (optional) runs once on the loaded runtime before it is offered, so the first Run
+    does not pay for what loads lazily (first forward pass, tokenizer and spaCy tables). The
+    holder counts the model's forward passes from then on (:attr:`forward_passes`), so a caller
+    can tell whether anything was generated.
+    """
+
+    def __init__(self, factory: Callable[[], Runtime], describe: str,
+                 warm: Callable[[Runtime], None] | None = None) -> None:
         self._factory = factory
         self.describe = describe
+        self._warm = warm
         self._lock = threading.Lock()
         self._runtime: Runtime | None = None
         self._error: str | None = None
         self._failure: ExplorerError | None = None
         self._thread: threading.Thread | None = None
         self.state = "not loaded"
+        self.step = ""
+        self._since = 0.0
+        self.forward_passes = 0
 
     def start(self) -> None:
         """Begin loading in a daemon thread (the app's start-up), returning at once."""
@@ -56,10 +67,25 @@ class RuntimeHolder:
                 self._thread = threading.Thread(target=self._load, name="runtime-loader", daemon=True)
                 self._thread.start()
 
+    def note(self, message: str) -> None:
+        """Progress of the loading (the loaders' own messages), shown in the model status line."""
+        self.step = str(message).strip()
+
+    def _count(self, *_: Any) -> None:
+        self.forward_passes += 1
+
     def _load(self) -> None:
-        self.state = "loading"
+        self.state, self._since = "loading", time.monotonic()
+        self.note("loading the model")
         try:
             runtime = self._factory()
+            model = getattr(runtime.engine, "model", None)
+            if self._warm is not None:
+                self.state = "warming up"
+                self.note("warming up (one short generation)")
+                self._warm(runtime)
+            if hasattr(model, "register_forward_pre_hook"):
+                model.register_forward_pre_hook(self._count)
         except ExplorerError as exc:
             self._failure, self._error, self.state = exc, public_message(exc), "failed"
             log.warning("loading the model failed: %s", exc.message)
@@ -72,6 +98,7 @@ class RuntimeHolder:
             self._error, self.state = public_message(self._failure), "failed"
             return
         self._runtime, self.state = runtime, "ready"
+        log.info("model and corpus ready after %.1f s", time.monotonic() - self._since)
 
     @property
     def ready(self) -> bool:
@@ -84,7 +111,10 @@ class RuntimeHolder:
             return f"Model not available: {self._error}"
         if self.state == "not loaded":
             return f"The model loads on the first run ({self.describe})."
-        return f"Loading {self.describe} … (runs start when it is ready)"
+        elapsed = time.monotonic() - self._since
+        step = f": {hide_paths(self.step)}" if self.step else ""
+        return (f"Loading {self.describe} … {elapsed:.0f} s{step}. The recorded runs below open meanwhile; a "
+                "Run waits for the model.")
 
     def get(self) -> Runtime:
         """The runtime, loading it here if nobody started it; raises ExplorerError if it cannot load."""
@@ -114,6 +144,7 @@ class _Live:
     events: list[Event] = field(default_factory=list)
     tokens: list[dict[str, Any]] = field(default_factory=list)
     purpose: str = ""
+    streamed: bool = False
 
 
 def status_html(text: str, *, error: bool = False) -> str:
@@ -231,6 +262,8 @@ class RunController:
                 live = _Live(specs[index])
                 urgent = True
             elif kind == "token" and live is not None:
+                urgent = not live.streamed  # a run's first token is shown at once, not at the next refresh
+                live.streamed = True
                 live.tokens.append(data)
                 live.purpose = str(data.get("purpose", ""))
                 dirty = True

@@ -80,8 +80,17 @@ class TraceCache:
         self.store = store
         self.size = size
         self._items: OrderedDict[str, Trace] = OrderedDict()
+        #: Traces that are not in the store (the shipped recorded runs): always found, never evicted.
+        self._pinned: dict[str, Trace] = {}
+
+    def pin(self, trace: Trace) -> None:
+        """Serve ``trace`` by its run id without the store (a recorded run shipped with the app)."""
+        self._pinned[trace.run_id] = trace
 
     def get(self, run_id: str) -> Trace:
+        pinned = self._pinned.get(run_id)
+        if pinned is not None:
+            return pinned
         trace = self._items.get(run_id)
         if trace is None:
             trace = self.store.get(run_id)

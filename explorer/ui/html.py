@@ -61,10 +61,26 @@ def heat(intensity: float | None, rgb: tuple[int, int, int] = (234, 88, 12)) -> 
     return f"rgba({rgb[0]},{rgb[1]},{rgb[2]},{0.06 + 0.8 * a:.3f})"
 
 
+#: The paragraph of the app's "How to read" tab that explains each panel (anchor ids in assets/help.md).
+HELP_ANCHORS = {"strip": "help-strip", "signal": "help-signal", "queries": "help-queries",
+                "retrievals": "help-retrievals", "uncertainty": "help-seakr", "filter": "help-blendfilter",
+                "stages": "help-drrag", "costs": "help-costs", "compare": "help-compare"}
+
+
+def help_link(panel: str) -> str:
+    """A "?" after a panel's title that opens its paragraph in the help tab (hidden in offline reports)."""
+    anchor = HELP_ANCHORS.get(panel)
+    if anchor is None:
+        return ""
+    return (f' <a class="dre-help" href="#{anchor}" data-help="{anchor}" title="How to read this panel" '
+            'aria-label="How to read this panel">?</a>')
+
+
 def section(title: str, body: str, *, panel: str, note: str = "") -> str:
     """A titled panel; ``title`` and ``note`` are trusted markup written by the explorer itself."""
     note_html = f'<p class="dre-note">{note}</p>' if note else ""
-    return (f'<section class="dre-panel" data-panel="{esc(panel)}"><h4>{title}</h4>{note_html}{body}</section>')
+    return (f'<section class="dre-panel" data-panel="{esc(panel)}"><h4>{title}{help_link(panel)}</h4>{note_html}'
+            f'{body}</section>')
 
 
 def details(summary: str, body: str, *, open_: bool = False, cls: str = "") -> str:

@@ -64,7 +64,9 @@ def report_html(traces: list[Trace], *, signal: str = "prob", title: str | None 
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         f'<meta http-equiv="Content-Security-Policy" content="{esc(csp)}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{esc(title)}</title><style>body{{margin:16px;background:#f8fafc}}{_asset(EXPLORER_CSS)}</style>"
+        f"<title>{esc(title)}</title><style>body{{margin:16px;background:#f8fafc}}{_asset(EXPLORER_CSS)}"
+        # A panel title's "?" opens the app's help tab; a report has none.
+        ".dre-help{display:none}</style>"
         "</head><body>"
         f'<div class="dre-root dre-report-head"><b>Dynamic RAG Explorer</b> · report generated {esc(generated)} · '
         f"{len(traces)} run(s) · opens offline; hover a token or a bar for its values</div>"

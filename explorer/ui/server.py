@@ -122,6 +122,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--auth", default=os.environ.get("EXPLORER_AUTH") or None, metavar="USER:PASSWORD",
                         help="require this login (env EXPLORER_AUTH; recommended whenever --host is not 127.0.0.1)")
     parser.add_argument("--lazy", action="store_true", help="load the model on the first run instead of at start")
+    parser.add_argument("--no-prefix-cache", dest="prefix_cache", action="store_false",
+                        default=os.environ.get("EXPLORER_PREFIX_CACHE", "1") != "0",
+                        help="encode every prompt whole instead of reusing the states of an opening shared with a "
+                             "recent prompt (env EXPLORER_PREFIX_CACHE=0)")
     parser.add_argument("--quiet", action="store_true", help="print less at start")
     return parser.parse_args(argv)
 
@@ -184,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         from explorer.ui.app import AppSettings, build_app, launch
 
         demo = build_app(AppSettings(db=Path(args.db), model=args.model, corpus=args.corpus, preload=not args.lazy,
+                                     prefix_cache=args.prefix_cache,
                                      retriever=args.retriever, embedder=args.embedder, attn=args.attn))
         if not args.quiet:
             print(f"runs are stored in {args.db}", flush=True)

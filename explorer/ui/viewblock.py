@@ -102,17 +102,25 @@ def after_show(cache: TraceCache, shown: Shown, signal: str) -> tuple[Any, Any, 
         gr.update(visible=False, value=None)
 
 
-def build(prefix: str, cache: TraceCache, head: str, intro: str) -> ViewBlock:
-    """Create the controls and the HTML view in the current layout and wire their events."""
+def build(prefix: str, cache: TraceCache, head: str, intro: str, *, shown: Shown | None = None) -> ViewBlock:
+    """Create the controls and the HTML view in the current layout and wire their events.
+
+    ``shown``: runs the view opens with (rendered into the page itself, so they appear with it).
+    """
+    start = traces(cache, shown) if shown is not None else []
+    first_html = render(cache, shown.to_state(), "prob", None, None) if start and shown else page(intro)
+    first_state = shown.to_state() if start and shown else {"ids": [], "compare": False}
+    first_choices = whatif_choices(start)
     with gr.Row(equal_height=True):
         signal = gr.Dropdown([(label, key) for key, (label, _) in SIGNALS.items()], value="prob",
                              label="Colour tokens by", elem_id=f"{prefix}-signal", scale=1, min_width=160)
-        run = gr.Dropdown([], value=None, label="What-if on run", elem_id=f"{prefix}-whatif-run", scale=2,
-                          interactive=False, info="replays its recorded decisions at another threshold")
+        run = gr.Dropdown(first_choices, value=None, label="What-if on run", elem_id=f"{prefix}-whatif-run",
+                          scale=2, interactive=bool(first_choices),
+                          info="replays its recorded decisions at another threshold")
         theta = gr.Slider(0, 1, value=None, label="what-if θ'", visible=False, elem_id=f"{prefix}-theta", scale=3)
         reset = gr.Button("Clear what-if", size="sm", elem_id=f"{prefix}-whatif-clear", scale=0, min_width=110)
-    html = gr.HTML(page(intro), head=head, js_on_load=JS_ON_LOAD, elem_id=f"{prefix}-view", container=False)
-    state = gr.State({"ids": [], "compare": False})
+    html = gr.HTML(first_html, head=head, js_on_load=JS_ON_LOAD, elem_id=f"{prefix}-view", container=False)
+    state = gr.State(first_state)
 
     def redraw(st: Any, sig: str, r: str | None, th: float | None) -> str:
         return render(cache, st, sig, r, th)
