@@ -379,3 +379,13 @@ def test_api_errors_name_no_server_path_and_the_log_keeps_it(app, client) -> Non
 
 def test_there_are_at_least_sixty_cases() -> None:
     assert len(CLI_CASES) + len(ARGPARSE_CASES) + len(API_CASES) >= 60
+
+
+def test_the_client_sees_only_the_documented_endpoints(client) -> None:
+    from explorer.ui.api import ENDPOINTS
+
+    described = client.view_api(return_format="dict", print_info=False)
+    assert sorted(described["named_endpoints"]) == sorted(ENDPOINTS)
+    assert not described.get("unnamed_endpoints")
+    status = client.predict(api_name="/status")
+    assert set(status) == {"state", "message", "forward_passes"}

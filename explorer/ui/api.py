@@ -16,10 +16,11 @@ whose log keeps the full text.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 import gradio as gr
 
@@ -31,6 +32,48 @@ from explorer.ui.controls import RunSpec, build_specs, params
 
 log = logging.getLogger("explorer.ui")
 MAX_RUN_ID = 64
+#: The scripting API: these endpoints and no others are public (every other event is the page's own).
+ENDPOINTS = ("/run", "/status", "/fetch_run")
+
+
+class RunCosts(TypedDict):
+    """What a run cost, as counted by the engine (the trace's ``costs``)."""
+
+    retrievals: int
+    llm_calls: int
+    forward_passes: int
+    generated_tokens: int
+    discarded_tokens: int
+    sampled_sequences: int
+    prompt_tokens: int
+    wall_time: dict[str, float]
+    total_time: float
+
+
+class RunSummary(TypedDict):
+    """``/run``'s answer: enough to judge the run at a glance; ``/fetch_run`` gives the whole trace."""
+
+    run_id: str
+    status: str
+    answer: str
+    output: str
+    error: str | None
+    costs: RunCosts
+
+
+class ModelStatus(TypedDict):
+    """``/status``'s answer."""
+
+    state: str
+    message: str
+    forward_passes: int
+
+
+def typed(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Resolve a function's string annotations (this module postpones them) so that gradio's API
+    description shows the real return schema instead of ``Any``."""
+    fn.__signature__ = inspect.signature(fn, eval_str=True)  # type: ignore[attr-defined]
+    return fn
 
 
 def client_error(exc: ExplorerError, where: str | None = None) -> gr.Error:
@@ -90,21 +133,32 @@ def run_settings(controller: RunController, model: str, question: str, method: s
 def register(controller: RunController, store: RunStore, model: str) -> None:
     """Add the named endpoints to the Blocks being built."""
 
-    def run(question: str, method: str = "dragin", variant: str = "", settings: str = "{}") -> dict[str, Any]:
-        """Run one method on one question, store the run, and return its id, status, answer and costs."""
-        def body() -> dict[str, Any]:
+    def run(question: str, method: str = "dragin", variant: str = "", settings: str = "{}") -> RunSummary:
+        """Run one method on one question, store the run, and return its id, status, answer and costs.
+
+        Args:
+            question: the question text
+            method: a method name (wo, sr, fl, fs, flare, dragin, seakr, blendfilter, drrag)
+            variant: paper or reference (empty: the method's default)
+            settings: a JSON object of the method's settings, e.g. {"threshold": 0.3}
+        """
+        def body() -> RunSummary:
             name = _text(method, "method", "'dragin'").strip()
             chosen = _text(variant, "variant", "'paper'").strip()
             trace = run_settings(controller, model, _text(question, "question", "'Who wrote Hamlet?'"), name, chosen,
                                  settings)
+            costs: RunCosts = trace.costs.to_dict()  # type: ignore[assignment]
             return {"run_id": trace.run_id, "status": trace.status, "answer": trace.answer, "output": trace.output,
-                    "error": hide_paths(trace.error),
-                    "costs": trace.costs.to_dict()}
+                    "error": hide_paths(trace.error), "costs": costs}
 
         return guarded("run", body)
 
     def fetch_run(run_id: str) -> dict[str, Any]:
-        """The full stored trace of a run, as JSON."""
+        """The full stored trace of a run, as JSON (its schema: docs/trace.md).
+
+        Args:
+            run_id: the run_id that /run returned (or one shown in History)
+        """
         def body() -> dict[str, Any]:
             key = _text(run_id, "run_id", "the run_id that /run returned").strip()
             if not key:
@@ -116,11 +170,11 @@ def register(controller: RunController, store: RunStore, model: str) -> None:
 
         return guarded("run_id", body)
 
-    def status() -> dict[str, Any]:
+    def status() -> ModelStatus:
         """Whether the model is loaded, and how many forward passes it has made since (0 until ready)."""
         holder = controller.runtime
         return {"state": holder.state, "message": holder.status(), "forward_passes": holder.forward_passes}
 
-    gr.api(run, api_name="run", concurrency_limit=1, concurrency_id="model")
-    gr.api(status, api_name="status")
-    gr.api(fetch_run, api_name="fetch_run")
+    gr.api(typed(run), api_name="run", concurrency_limit=1, concurrency_id="model")
+    gr.api(typed(status), api_name="status")
+    gr.api(typed(fetch_run), api_name="fetch_run")

@@ -33,6 +33,8 @@ from explorer.eval.report import (
 )
 from explorer.eval.scores import EvaluationScores, score_evaluation
 
+#: The tab's events are the page's own wiring, not part of the scripting API (see explorer/ui/api.py).
+PRIVATE: dict[str, Any] = {"api_visibility": "private"}
 QUESTION_COLUMNS = ["#", "Question id", "Question", "Answer", "Gold", "EM", "F1", "Acc", "Gold recall",
                     "Retrievals", "LLM calls", "Seconds", "Status"]
 
@@ -237,7 +239,7 @@ def build_evaluations_tab(store: Any | Callable[[], Any], open_run: Callable[[st
                 "", table_frame(Table("", QUESTION_COLUMNS, [])), [])
 
     shown = [header, answers, costs, recall, accuracy_plot, threshold_plot, caption, questions, run_ids]
-    picker.change(show, inputs=picker, outputs=shown)
+    picker.change(show, inputs=picker, outputs=shown, **PRIVATE)
 
     def reload(name: str | None):
         cache.clear()
@@ -246,7 +248,7 @@ def build_evaluations_tab(store: Any | Callable[[], Any], open_run: Callable[[st
         chosen = name if name in names else (names[0] if names else None)
         return (gr.update(choices=fresh, value=chosen), *show(chosen))
 
-    refresh.click(reload, inputs=picker, outputs=[picker, *shown])
+    refresh.click(reload, inputs=picker, outputs=[picker, *shown], **PRIVATE)
 
     def pick_cell(which: str):
         def handler(name: str | None, evt: gr.SelectData):
@@ -263,7 +265,7 @@ def build_evaluations_tab(store: Any | Callable[[], Any], open_run: Callable[[st
         return handler
 
     for which, component in (("answers", answers), ("costs", costs), ("recall", recall)):
-        component.select(pick_cell(which), inputs=picker, outputs=[caption, questions, run_ids])
+        component.select(pick_cell(which), inputs=picker, outputs=[caption, questions, run_ids], **PRIVATE)
 
     def pick_question(ids: list[str], evt: gr.SelectData):
         chosen = run_id_at(ids, evt.index)
@@ -275,7 +277,7 @@ def build_evaluations_tab(store: Any | Callable[[], Any], open_run: Callable[[st
         values = result if len(outputs_extra) > 1 else (result,)
         return (chosen, *values)
 
-    questions.select(pick_question, inputs=run_ids, outputs=[run_id, *outputs_extra])
+    questions.select(pick_question, inputs=run_ids, outputs=[run_id, *outputs_extra], **PRIVATE)
     return EvaluationsTab(picker=picker, refresh=refresh, header=header, answers=answers, costs=costs, recall=recall,
                           accuracy_plot=accuracy_plot, threshold_plot=threshold_plot, cell_caption=caption,
                           questions=questions, run_id=run_id, reload=reload, reload_outputs=[picker, *shown])
