@@ -182,28 +182,83 @@ def build_evaluations_tab(store: Any | Callable[[], Any], open_run: Callable[[st
         :class:`EvaluationsTab` with the components; ``run_id`` is a read-only textbox holding the
         last opened run id, whose ``.change`` event an app may use instead of the callback.
     """
-    get_store = store if callable(store) and not hasattr(store, "evaluations") else (lambda: store)
-    outputs_extra = list(open_outputs or [])
-    cache: dict[str, tuple[tuple, EvaluationView]] = {}
+    views = EvaluationViews(store if callable(store) and not hasattr(store, "evaluations") else (lambda: store))
+    choices = evaluation_choices(views.store())
+    parts = _layout(choices, views.of(choices[0][1]) if choices else None)
+    show = _shower(views)
+    shown = parts.shown
+    parts.picker.change(show, inputs=parts.picker, outputs=shown, **PRIVATE)
 
-    def view_of(name: str | None) -> EvaluationView | None:
+    def reload(name: str | None):
+        views.clear()
+        fresh = evaluation_choices(views.store())
+        names = [v for _, v in fresh]
+        chosen = name if name in names else (names[0] if names else None)
+        return (gr.update(choices=fresh, value=chosen), *show(chosen))
+
+    parts.refresh.click(reload, inputs=parts.picker, outputs=[parts.picker, *shown], **PRIVATE)
+    for which in ("answers", "costs", "recall"):
+        getattr(parts, which).select(_cell_picker(views, which), inputs=parts.picker,
+                                     outputs=[parts.caption, parts.questions, parts.run_ids], **PRIVATE)
+    outputs_extra = list(open_outputs or [])
+    parts.questions.select(_question_picker(open_run, len(outputs_extra)), inputs=parts.run_ids,
+                           outputs=[parts.run_id, *outputs_extra], **PRIVATE)
+    return EvaluationsTab(picker=parts.picker, refresh=parts.refresh, header=parts.header, answers=parts.answers,
+                          costs=parts.costs, recall=parts.recall, accuracy_plot=parts.accuracy_plot,
+                          threshold_plot=parts.threshold_plot, cell_caption=parts.caption, questions=parts.questions,
+                          run_id=parts.run_id, reload=reload, reload_outputs=[parts.picker, *shown])
+
+
+class EvaluationViews:
+    """Loaded evaluation views, reloaded when the evaluation's runs or status change."""
+
+    def __init__(self, store: Callable[[], Any]) -> None:
+        self.store = store
+        self._cache: dict[str, tuple[tuple, EvaluationView]] = {}
+
+    def clear(self) -> None:
+        self._cache.clear()
+
+    def of(self, name: str | None) -> EvaluationView | None:
         if not name:
             return None
-        s = get_store()
+        s = self.store()
         info = s.evaluation(name)
         if info is None:
             return None
         stamp = (str(s.path), tuple(sorted(info["runs"].items())), info.get("status"))
-        cached = cache.get(name)
+        cached = self._cache.get(name)
         if cached is None or cached[0] != stamp:
             view = load_view(s, name)
             if view is None:
                 return None
-            cache[name] = (stamp, view)
-        return cache[name][1]
+            self._cache[name] = (stamp, view)
+        return self._cache[name][1]
 
-    choices = evaluation_choices(get_store())
-    first = view_of(choices[0][1]) if choices else None
+
+@dataclass
+class _Parts:
+    picker: Any
+    refresh: Any
+    header: Any
+    answers: Any
+    costs: Any
+    recall: Any
+    accuracy_plot: Any
+    threshold_plot: Any
+    caption: Any
+    questions: Any
+    run_ids: Any
+    run_id: Any
+
+    @property
+    def shown(self) -> list[Any]:
+        """What showing an evaluation fills, in :func:`_shower`'s order."""
+        return [self.header, self.answers, self.costs, self.recall, self.accuracy_plot, self.threshold_plot,
+                self.caption, self.questions, self.run_ids]
+
+
+def _layout(choices: list[tuple[str, str]], first: EvaluationView | None) -> _Parts:
     with gr.Row():
         picker = gr.Dropdown(choices=choices, value=choices[0][1] if choices else None, label="Evaluation",
                              scale=4, interactive=True, elem_id="eval-pick")
@@ -225,9 +280,14 @@ def build_evaluations_tab(store: Any | Callable[[], Any], open_run: Callable[[st
                              interactive=False, datatype="str", wrap=True, elem_id="eval-questions")
     run_ids = gr.State([])
     run_id = gr.Textbox(label="Opened run", interactive=False, elem_id="eval-run-id")
+    return _Parts(picker, refresh, header, answers, costs, recall, accuracy_plot, threshold_plot, caption, questions,
+                  run_ids, run_id)
 
-    def show(name: str | None):
-        view = view_of(name)
+
+def _shower(views: EvaluationViews) -> Callable[[str | None], tuple]:
+    """An evaluation's header, tables and plots (and an empty question list) for the picker."""
+    def show(name: str | None) -> tuple:
+        view = views.of(name)
         empty = table_frame(Table("", ["Method"], []))
         if view is None:
             message = "No evaluations stored yet: run `python -m explorer eval ...`." if not name else \
@@ -238,46 +298,34 @@ def build_evaluations_tab(store: Any | Callable[[], Any], open_run: Callable[[st
                 view.accuracy_plot, gr.update(value=view.threshold_plot, visible=view.threshold_plot is not None),
                 "", table_frame(Table("", QUESTION_COLUMNS, [])), [])
 
-    shown = [header, answers, costs, recall, accuracy_plot, threshold_plot, caption, questions, run_ids]
-    picker.change(show, inputs=picker, outputs=shown, **PRIVATE)
+    return show
 
-    def reload(name: str | None):
-        cache.clear()
-        fresh = evaluation_choices(get_store())
-        names = [v for _, v in fresh]
-        chosen = name if name in names else (names[0] if names else None)
-        return (gr.update(choices=fresh, value=chosen), *show(chosen))
 
-    refresh.click(reload, inputs=picker, outputs=[picker, *shown], **PRIVATE)
+def _cell_picker(views: EvaluationViews, which: str) -> Callable[..., tuple]:
+    """A click on a cell of table ``which`` lists that method's questions in that column."""
+    def handler(name: str | None, evt: gr.SelectData) -> tuple:
+        view = views.of(name)
+        if view is None:
+            return gr.update(), gr.update(), gr.update()
+        target = cell_from_select(getattr(view, which), evt.index)
+        if target is None:
+            return gr.update(), gr.update(), gr.update()
+        rows, ids = question_list(view.scores, *target)
+        return (cell_caption(target[0], target[1], len(rows)), table_frame(Table("", QUESTION_COLUMNS, rows)), ids)
 
-    def pick_cell(which: str):
-        def handler(name: str | None, evt: gr.SelectData):
-            view = view_of(name)
-            if view is None:
-                return gr.update(), gr.update(), gr.update()
-            target = cell_from_select(getattr(view, which), evt.index)
-            if target is None:
-                return gr.update(), gr.update(), gr.update()
-            rows, ids = question_list(view.scores, *target)
-            return (cell_caption(target[0], target[1], len(rows)),
-                    table_frame(Table("", QUESTION_COLUMNS, rows)), ids)
+    return handler
 
-        return handler
 
-    for which, component in (("answers", answers), ("costs", costs), ("recall", recall)):
-        component.select(pick_cell(which), inputs=picker, outputs=[caption, questions, run_ids], **PRIVATE)
-
-    def pick_question(ids: list[str], evt: gr.SelectData):
+def _question_picker(open_run: Callable[[str], Any] | None, extra: int) -> Callable[..., Any]:
+    """A click on a listed question gives its run id (and ``open_run``'s values for ``extra`` outputs)."""
+    def pick_question(ids: list[str], evt: gr.SelectData) -> Any:
         chosen = run_id_at(ids, evt.index)
-        if not outputs_extra:  # a single output takes the bare value (a 1-tuple would arrive as its repr)
+        if not extra:  # a single output takes the bare value (a 1-tuple would arrive as its repr)
             return gr.update() if chosen is None else chosen
         if chosen is None:
-            return (gr.update(), *(gr.update() for _ in outputs_extra))
+            return (gr.update(), *(gr.update() for _ in range(extra)))
         result = open_run(chosen) if open_run is not None else None
-        values = result if len(outputs_extra) > 1 else (result,)
+        values = result if extra > 1 else (result,)
         return (chosen, *values)
 
-    questions.select(pick_question, inputs=run_ids, outputs=[run_id, *outputs_extra], **PRIVATE)
-    return EvaluationsTab(picker=picker, refresh=refresh, header=header, answers=answers, costs=costs, recall=recall,
-                          accuracy_plot=accuracy_plot, threshold_plot=threshold_plot, cell_caption=caption,
-                          questions=questions, run_id=run_id, reload=reload, reload_outputs=[picker, *shown])
+    return pick_question

@@ -6,6 +6,8 @@ list is a checkbox group so one action can apply to several runs (compare, tag, 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
@@ -16,7 +18,44 @@ from explorer.ui import history, viewblock
 from explorer.ui.controller import status_html
 
 
-def build(store: RunStore, cache: history.TraceCache, exports: history.Exports, head: str) -> None:
+@dataclass
+class HistoryControls:
+    tab: Any
+    search: Any
+    method: Any
+    model: Any
+    tag: Any
+    since: Any
+    until: Any
+    refresh: Any
+    runs: Any
+    open_btn: Any
+    compare_btn: Any
+    name: Any
+    rename_btn: Any
+    tags: Any
+    tag_btn: Any
+    delete_btn: Any
+    json_btn: Any
+    html_btn: Any
+    csv_btn: Any
+    file: Any
+    status: Any
+    view: Any
+
+    @property
+    def filters(self) -> list[Any]:
+        return [self.search, self.method, self.model, self.tag, self.since, self.until]
+
+    @property
+    def list_outputs(self) -> list[Any]:
+        return [self.runs, self.method, self.model, self.status]
+
+
+QUIET: dict[str, Any] = {"api_visibility": "private", "show_progress": "hidden"}
+
+
+def _layout(cache: history.TraceCache, head: str) -> HistoryControls:
     with gr.Tab("History", id="history", elem_id="tab-history") as tab:
         with gr.Row():
             search = gr.Textbox(label="Search question, answer or name", elem_id="history-search", scale=3)
@@ -47,9 +86,12 @@ def build(store: RunStore, cache: history.TraceCache, exports: history.Exports, 
         status = gr.HTML("", elem_id="history-status", js_on_load=None)
         view = viewblock.build("history", cache, head, '<p class="dre-empty">Tick a run and press Open, or tick '
                                                        "several and press Compare.</p>")
+    return HistoryControls(tab, search, method, model, tag, since, until, refresh, runs, open_btn, compare_btn, name,
+                           rename_btn, tags, tag_btn, delete_btn, json_btn, html_btn, csv_btn, file, status, view)
 
-    filters = [search, method, model, tag, since, until]
 
+def _lister(store: RunStore) -> Callable[..., tuple]:
+    """The filtered run list, and the method/model choices that exist in the store."""
     def listing(s: str, m: str, mo: str, t: str, si: str, un: str, keep: list[str] | None = None) -> tuple:
         try:
             found = history.rows(store, search=s, method=m, model=mo, tag=t, since=si, until=un)
@@ -63,13 +105,11 @@ def build(store: RunStore, cache: history.TraceCache, exports: history.Exports, 
                 gr.update(choices=history.distinct(store, "model")),
                 status_html(note))
 
-    list_outputs = [runs, method, model, status]
-    quiet: dict[str, Any] = {"api_visibility": "private", "show_progress": "hidden"}
-    for trigger in (refresh.click, search.submit, tag.submit, since.submit, until.submit, tab.select):
-        trigger(listing, filters, list_outputs, **quiet)
-    method.input(listing, filters, list_outputs, **quiet)
-    model.input(listing, filters, list_outputs, **quiet)
+    return listing
 
+
+def _wire_views(c: HistoryControls, cache: history.TraceCache) -> None:
+    """Open one ticked run, or compare several, in the tab's view."""
     def show(selected: list[str], signal: str, compare: bool) -> tuple:
         try:
             ids = history.require(selected, at_least=2 if compare else 1, action="compare" if compare else "open")
@@ -81,39 +121,51 @@ def build(store: RunStore, cache: history.TraceCache, exports: history.Exports, 
         what = f"Comparing {len(ids)} runs." if compare else "Opened from the store."
         return html, state, run_u, theta_u, status_html(what)
 
-    show_outputs = [view.html, view.state, view.run, view.theta, status]
-    open_btn.click(lambda sel, sig: show(sel, sig, False), [runs, view.signal], show_outputs, **quiet)
-    compare_btn.click(lambda sel, sig: show(sel, sig, True), [runs, view.signal], show_outputs, **quiet)
+    view = c.view
+    show_outputs = [view.html, view.state, view.run, view.theta, c.status]
+    c.open_btn.click(lambda sel, sig: show(sel, sig, False), [c.runs, view.signal], show_outputs, **QUIET)
+    c.compare_btn.click(lambda sel, sig: show(sel, sig, True), [c.runs, view.signal], show_outputs, **QUIET)
 
+
+def _apply(store: RunStore, cache: history.TraceCache, action: str, selected: list[str], text: str) -> str:
+    """Rename, tag or delete the ticked runs; the line that says what was done."""
+    if action == "rename":
+        run_id = history.require(selected, action="rename")[0]
+        store.rename(run_id, text or "")
+        return f"Renamed run {run_id[:12]}."
+    if action == "tag":
+        ids = history.require(selected, action="tag")
+        labels = [t.strip() for t in (text or "").split(",") if t.strip()]
+        if not labels:
+            raise ExplorerError("no tag given", where="tags", fix="type one or more tags, comma-separated")
+        for run_id in ids:
+            store.tag(run_id, *labels)
+        return f"Tagged {len(ids)} run(s) with {', '.join(labels)}."
+    ids = history.require(selected, action="delete")
+    for run_id in ids:
+        store.delete(run_id)
+        cache.forget(run_id)
+    return f"Deleted {len(ids)} run(s)."
+
+
+def _wire_actions(c: HistoryControls, store: RunStore, cache: history.TraceCache,
+                  listing: Callable[..., tuple]) -> None:
     def act(action: str, selected: list[str], text: str, *flt: str) -> tuple:
         try:
-            if action == "rename":
-                run_id = history.require(selected, action="rename")[0]
-                store.rename(run_id, text or "")
-                done = f"Renamed run {run_id[:12]}."
-            elif action == "tag":
-                ids = history.require(selected, action="tag")
-                labels = [t.strip() for t in (text or "").split(",") if t.strip()]
-                if not labels:
-                    raise ExplorerError("no tag given", where="tags", fix="type one or more tags, comma-separated")
-                for run_id in ids:
-                    store.tag(run_id, *labels)
-                done = f"Tagged {len(ids)} run(s) with {', '.join(labels)}."
-            else:
-                ids = history.require(selected, action="delete")
-                for run_id in ids:
-                    store.delete(run_id)
-                    cache.forget(run_id)
-                done = f"Deleted {len(ids)} run(s)."
+            done = _apply(store, cache, action, selected, text)
         except ExplorerError as exc:
             return gr.skip(), gr.skip(), gr.skip(), status_html(public_message(exc), error=True)
         listed = listing(*flt, keep=[] if action == "delete" else selected)
         return listed[0], listed[1], listed[2], status_html(done)
 
-    rename_btn.click(lambda sel, txt, *f: act("rename", sel, txt, *f), [runs, name, *filters], list_outputs, **quiet)
-    tag_btn.click(lambda sel, txt, *f: act("tag", sel, txt, *f), [runs, tags, *filters], list_outputs, **quiet)
-    delete_btn.click(lambda sel, *f: act("delete", sel, "", *f), [runs, *filters], list_outputs, **quiet)
+    filters, outputs = c.filters, c.list_outputs
+    c.rename_btn.click(lambda sel, txt, *f: act("rename", sel, txt, *f), [c.runs, c.name, *filters], outputs, **QUIET)
+    c.tag_btn.click(lambda sel, txt, *f: act("tag", sel, txt, *f), [c.runs, c.tags, *filters], outputs, **QUIET)
+    c.delete_btn.click(lambda sel, *f: act("delete", sel, "", *f), [c.runs, *filters], outputs, **QUIET)
 
+
+def _wire_exports(c: HistoryControls, store: RunStore, cache: history.TraceCache, exports: history.Exports) -> None:
+    """Trace JSON and HTML report of the ticked runs; the history CSV under the current filters."""
     def export(kind: str, selected: list[str], signal: str, *flt: str) -> tuple:
         try:
             if kind == "csv":
@@ -132,9 +184,21 @@ def build(store: RunStore, cache: history.TraceCache, exports: history.Exports, 
         except ExplorerError as exc:
             return gr.skip(), status_html(public_message(exc), error=True)
 
-    json_btn.click(lambda sel, sig, *f: export("json", sel, sig, *f), [runs, view.signal, *filters], [file, status],
-                   **quiet)
-    html_btn.click(lambda sel, sig, *f: export("html", sel, sig, *f), [runs, view.signal, *filters], [file, status],
-                   **quiet)
-    csv_btn.click(lambda sel, sig, *f: export("csv", sel, sig, *f), [runs, view.signal, *filters], [file, status],
-                  **quiet)
+    def exporter(kind: str) -> Callable[..., tuple]:
+        return lambda sel, sig, *f: export(kind, sel, sig, *f)
+
+    for kind, button in (("json", c.json_btn), ("html", c.html_btn), ("csv", c.csv_btn)):
+        button.click(exporter(kind), [c.runs, c.view.signal, *c.filters], [c.file, c.status], **QUIET)
+
+
+def build(store: RunStore, cache: history.TraceCache, exports: history.Exports, head: str) -> None:
+    """The tab, laid out and wired: the list refreshes when the tab opens and on every filter change."""
+    c = _layout(cache, head)
+    listing = _lister(store)
+    for trigger in (c.refresh.click, c.search.submit, c.tag.submit, c.since.submit, c.until.submit, c.tab.select):
+        trigger(listing, c.filters, c.list_outputs, **QUIET)
+    c.method.input(listing, c.filters, c.list_outputs, **QUIET)
+    c.model.input(listing, c.filters, c.list_outputs, **QUIET)
+    _wire_views(c, cache)
+    _wire_actions(c, store, cache, listing)
+    _wire_exports(c, store, cache, exports)
