@@ -10,10 +10,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from explorer.engine.decode import text_end
 from explorer.engine.generation import Engine, Sampling
 from explorer.engine.hidden import HiddenCapture, HiddenSpec
 from explorer.engine.loader import tiny_random_model
-from explorer.engine.sampling import sample, text_end
+from explorer.engine.sampling import sample
 from explorer.engine.uncertainty import measure
 from explorer.errors import ConfigError
 from explorer.trace import Trace, TraceRecorder

@@ -17,7 +17,7 @@ from explorer.trace import Trace
 from explorer.ui.history import TraceCache
 from explorer.ui.panels.costs import run_labels
 from explorer.ui.render import decision_signal, page, recorded_threshold, render_comparison, render_runs
-from explorer.ui.view import SIGNALS
+from explorer.ui.view import strip_signals
 
 JS_ON_LOAD = "const draw = () => window.DRE && window.DRE.render(element); watch('value', draw); draw();"
 
@@ -105,7 +105,7 @@ def after_show(cache: TraceCache, shown: Shown, signal: str) -> tuple[Any, Any, 
 def build(prefix: str, cache: TraceCache, head: str, intro: str) -> ViewBlock:
     """Create the controls and the HTML view in the current layout and wire their events."""
     with gr.Row(equal_height=True):
-        signal = gr.Dropdown([(label, key) for key, (label, _) in SIGNALS.items()], value="prob",
+        signal = gr.Dropdown([(label, key) for key, (label, _) in strip_signals().items()], value="prob",
                              label="Colour tokens by", elem_id=f"{prefix}-signal", scale=1, min_width=160)
         run = gr.Dropdown([], value=None, label="What-if on run", elem_id=f"{prefix}-whatif-run", scale=2,
                           interactive=False, info="replays its recorded decisions at another threshold")
