@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pytest
 
 from explorer.engine.generation import Engine
-from explorer.engine.token_signals import SignalSpec, get_signal, register_signal, unregister_signal
+from explorer.engine.token_signals import SignalSpec, get_signal, plan, register_signal, unregister_signal
 from explorer.errors import ConfigError
 from explorer.methods import common, prompts
 from explorer.methods.base import METHODS, Method, method_names, register, run_question
@@ -90,6 +90,8 @@ def test_a_signal_id_and_a_method_name_are_taken_once(toy_extensions) -> None:
     assert get_signal("toy_margin").aggregate == "min"
     with pytest.raises(ValueError, match="already registered"):
         register_signal(SignalSpec("toy_margin", "other", "x", "y", "logits", "max", _margin))
+    with pytest.raises(ConfigError, match="unknown signal 'nope'"):
+        plan(["nope"], attention=False)
     with pytest.raises(ValueError, match="requires 'nothing'"):
         register_signal(SignalSpec("toy_derived", "d", "x", "y", "signals", "max", _margin, requires=("nothing",)))
 

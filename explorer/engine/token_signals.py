@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from explorer.engine.signals import StepStats, Word
+from explorer.errors import ConfigError
 
 NEEDS = ("logits", "token", "attention", "signals")
 AGGREGATES = ("max", "min", "mean", "sum", "first", "any", "all")
@@ -122,7 +123,8 @@ def plan(requested: Iterable[str] = (), *, attention: bool) -> list[SignalSpec]:
     wanted = {s.id for s in specs.values() if s.default} | set(requested)
     for sid in list(wanted):
         if sid not in specs:
-            raise KeyError(f"unknown signal {sid!r}; registered: {', '.join(specs)}")
+            raise ConfigError(f"unknown signal {sid!r}", where="signals",
+                              fix=f"register it with register_signal, or use one of {', '.join(specs)}")
     changed = True
     while changed:
         changed = False
