@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from explorer.engine.generation import Engine
+from explorer.engine.loader import tiny_random_model
 from explorer.methods.base import run_question
 from explorer.runtime import Runtime
 from explorer.trace import TRACE_VERSION, Trace, token_dict_v2
@@ -23,14 +24,14 @@ FIXTURE = Path(__file__).parent / "data" / "trace_v1_dragin_tiny.json"
 VOLATILE = {"run_id", "created_at", "t", "seconds", "wall_time", "total_time", "version"}
 
 
-def _stable(value):
-    """The trace without what differs run to run (ids, clocks), floats to 6 places."""
+def _stable(value, approx: bool = False):
+    """The trace without what differs run to run (ids, clocks); ``approx`` floats compare to 1e-5 relative."""
     if isinstance(value, dict):
-        return {k: _stable(v) for k, v in value.items() if k not in VOLATILE}
+        return {k: _stable(v, approx) for k, v in value.items() if k not in VOLATILE}
     if isinstance(value, list):
-        return [_stable(v) for v in value]
-    if isinstance(value, float):
-        return round(value, 6)
+        return [_stable(v, approx) for v in value]
+    if isinstance(value, float) and approx:
+        return pytest.approx(value, rel=1e-5, abs=1e-7)
     return value
 
 
@@ -54,12 +55,14 @@ def test_an_unknown_version_is_refused_with_the_readable_ones() -> None:
         Trace.from_dict({**raw, "version": 7})
 
 
-def test_the_same_run_today_decides_exactly_as_the_version_1_trace(tiny_lm, demo_retriever) -> None:
+def test_the_same_run_today_decides_exactly_as_the_version_1_trace(demo_retriever) -> None:
     old = Trace.from_dict(json.loads(FIXTURE.read_text(encoding="utf-8")))
-    runtime = Runtime(engine=Engine(tiny_lm), retriever=demo_retriever, corpus=old.corpus)
+    # A model of its own: the session's tiny model may have been switched to another attention
+    # backend by other tests, which moves signals in the last digits.
+    runtime = Runtime(engine=Engine(tiny_random_model(seed=0)), retriever=demo_retriever, corpus=old.corpus)
     chosen = {k: old.config[k] for k, source in old.config_sources.items() if source == "user"}
     now = run_question(old.method, old.question, runtime, variant=old.variant, config=chosen)
-    assert _stable(now.to_dict()) == _stable(old.to_dict())
+    assert _stable(now.to_dict()) == _stable(old.to_dict(), approx=True)
 
 
 def test_token_dicts_convert_once() -> None:
