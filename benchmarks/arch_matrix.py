@@ -23,7 +23,8 @@ from benchmarks.common import cpu_name, write_result
 from explorer.engine.generation import Engine
 from explorer.engine.tiny import ARCHITECTURES, tiny_model
 from explorer.errors import ExplorerError
-from explorer.methods.base import Runtime, run_question
+from explorer.methods.base import run_question
+from explorer.runtime import Runtime
 
 OUT = Path(__file__).parent / "results" / "architectures.md"
 WEIGHTLESS = "no-weights-kernel"

@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from benchmarks.common import write_result  # noqa: E402
+from explorer.methods.drrag.pair_classifier import PairClassifier, load_hotpotqa, train  # noqa: E402
 from explorer.paths import shared_data_dir  # noqa: E402
-from explorer.retrieval.pair_classifier import PairClassifier, load_hotpotqa, train  # noqa: E402
 
 TARGET_WARM_MS = 5.0  # per pair, warm (passages already embedded)
 TARGET_COLD_MS = 50.0  # per pair in a batch whose passages are not embedded yet
@@ -71,7 +71,7 @@ def _metrics_table(metadata: dict) -> list[str]:
 
 def _llm_judge_times(questions: list, pairs_wanted: int) -> tuple[list[float], str]:
     """Seconds per pair for the model as judge (one 1-token generation on the judge prompt)."""
-    from explorer.methods.drrag import judge_prompt
+    from explorer.methods.drrag.method import judge_prompt
     from explorer.runtime import open_engine
 
     engine = open_engine("embedded")

@@ -22,7 +22,7 @@ import time
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from explorer.trace import Event, Trace
+from explorer.trace import Event, Trace, token_dict_v2, upgrade_events
 
 if TYPE_CHECKING:
     from explorer.store import RunStore
@@ -87,7 +87,7 @@ def header(trace: Trace) -> str:
 def partial_span(pending: list[dict[str, Any]], event_id: int) -> Event:
     """The span being written when the process stopped, as a generation event of its streamed tokens."""
     purpose = str(pending[0].get("purpose", "draft")) if pending else "draft"
-    tokens = [{k: v for k, v in t.items() if k not in ("purpose", "step")} for t in pending]
+    tokens = [token_dict_v2({k: v for k, v in t.items() if k not in ("purpose", "step")}) for t in pending]
     step = int(pending[-1].get("step", 0)) if pending else 0
     return Event(kind="generation", id=event_id, step=step,
                  payload={"purpose": purpose, "text": "".join(str(t.get("text", "")) for t in tokens),
@@ -97,7 +97,8 @@ def partial_span(pending: list[dict[str, Any]], event_id: int) -> Event:
 def assemble(head: str, events: list[str], pending: list[dict[str, Any]] | None, *, interrupted: bool) -> Trace:
     """A trace from its checkpoints: the header, the events written so far, the span in progress."""
     trace = Trace.from_json(head)
-    trace.events = [Event.from_dict(json.loads(e)) for e in events]
+    version = json.loads(head).get("version")
+    trace.events = [Event.from_dict(e) for e in upgrade_events(version, [json.loads(e) for e in events])]
     if interrupted:
         if pending:
             span = partial_span(pending, len(trace.events))
@@ -128,6 +129,7 @@ class RunJournal:
         self._written = 0
         self._pending: list[dict[str, Any]] = []
         self._pending_dirty = False
+        self._amended: set[int] = set()  # ids of already-written events changed since (TraceRecorder.amend)
         self._last = 0.0
         self.checkpoints = 0
 
@@ -147,6 +149,8 @@ class RunJournal:
         elif kind == "event" and data.get("kind") == "generation":
             self._pending = []  # the span is complete: its event carries the tokens
             self._pending_dirty = True
+        elif kind == "amend" and data["id"] < self._written:
+            self._amended.add(data["id"])
         if time.monotonic() - self._last >= self.every:
             self.flush()
 
@@ -156,8 +160,10 @@ class RunJournal:
         if trace is None:
             return
         new = trace.events[self._written:]
+        amended = [trace.events[i] for i in sorted(self._amended)]
+        self._amended.clear()
         pending = self._pending if self._pending_dirty else None
-        self.store.checkpoint_run(trace, new, pending)
+        self.store.checkpoint_run(trace, amended + new, pending)
         self._written += len(new)
         self._pending_dirty = False
         self._last = time.monotonic()

@@ -8,19 +8,30 @@ index are loaded once however many questions run, and the same spec strings ("em
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from explorer.methods.base import Runtime
+from explorer.cache import KeyedCache
+from explorer.retrieval.base import Retriever
 
 if TYPE_CHECKING:  # the engine module pulls in torch; importing it lazily keeps start-up light
     from explorer.engine.generation import Engine
 
 Progress = Callable[[str], None]
 
-_lock = threading.Lock()
-_engines: dict[tuple, object] = {}
+
+
+@dataclass
+class Runtime:
+    """Everything a method may use: the engine (model + signals) and the retriever."""
+
+    engine: Any
+    retriever: Retriever
+    corpus: dict[str, Any] = field(default_factory=dict)
+
+
+_engines: KeyedCache[Any] = KeyedCache("engines")
 
 
 def default_attn() -> str:
@@ -41,15 +52,11 @@ def open_engine(model: str = "embedded", *, dtype: str = "float32", device: str 
     from explorer.engine.generation import Engine
     from explorer.engine.loader import load_model
 
-    key = (model, dtype, device, attn)
-    with _lock:
-        engine = _engines.get(key)
-        if engine is None:
-            lm = load_model(model, dtype=dtype, device=device, attn_implementation=attn,
-                            progress=progress or (lambda _m: None))
-            engine = Engine(lm)
-            _engines[key] = engine
-        return engine
+    def build() -> Engine:
+        return Engine(load_model(model, dtype=dtype, device=device, attn_implementation=attn,
+                                 progress=progress or (lambda _m: None)))
+
+    return _engines.get((model, dtype, device, attn), build)
 
 
 def open_runtime(model: str = "embedded", corpus: str = "demo", *, dtype: str = "float32", device: str = "cpu",

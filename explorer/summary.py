@@ -4,6 +4,8 @@ which query found which passages, and what it all cost. It reads the trace only.
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Callable
+from typing import Any
 
 from explorer.trace import Trace
 
@@ -31,16 +33,93 @@ def _query_label(p: dict) -> str:
     return label
 
 
-def render_text(trace: Trace, *, passages: int = 3) -> str:
-    model, corpus = trace.model.get("name", "?"), trace.corpus.get("name", "?")
-    lines = [f"{trace.method} ({trace.variant}) · {model} · corpus {corpus} · {trace.status} · "
-             f"{trace.costs.total_time:.1f} s",
-             f"Question: {trace.question}"]
-    chosen = {k: v for k, v in trace.config_sources.items() if v != "paper"}
-    if chosen:
-        lines.append("Settings not at the paper's default: " + ", ".join(
-            f"{k}={trace.config.get(k)!r} ({'set by you' if v == 'user' else v})" for k, v in chosen.items()))
-    queries: dict[int, str] = {}
+def _uncertainty(p: dict[str, Any], _passages: int) -> list[str]:
+    extra = ""
+    if "valid" in p:
+        extra = f" from {p['valid']}/{p.get('k', '?')} samples, layer {p.get('layer')} {p.get('site')}"
+    where = f" for passage {p['passage']}" if p.get("passage") else ""
+    return [f"  ~ U({p['estimator']}) of the {p.get('context', '?')} context{where} = {_num(p['value'])}{extra}"]
+
+
+def _check(p: dict[str, Any], _passages: int) -> list[str]:
+    if p.get("unit") != "step":
+        return []
+    unit = p["units"][0]
+    verdict = "retrieve" if p["fired"] is not None else "no retrieval"
+    return [f"  {'⚑' if p['fired'] is not None else '·'} step {p['_step'] + 1}: {p['signal']} = "
+            f"{_num(unit['value'])} {p['compare']} δ {p['threshold']}? {verdict}"]
+
+
+def _rerank(p: dict[str, Any], _passages: int) -> list[str]:
+    lines = [f"  ⇅ re-ranked by {p.get('signal', 'signal')}:"]
+    for c in p["candidates"]:
+        mark = "  ← kept" if c["id"] == p["chosen"] else ""
+        lines.append(f"      [{c['id']}] {c.get('title', '')} (search rank {c.get('rank')}, "
+                     f"score {_num(c.get('score'))}): {_num(c.get('value'))}{mark}")
+    return lines
+
+
+def _choice(p: dict[str, Any], _passages: int) -> list[str]:
+    shown = " | ".join(f"{o['strategy']}: {o.get('answer')!r} ({_num(o.get('value'))})" for o in p["options"])
+    return [f"  ⚖ {shown} → {p['chosen']} ({p['reason']})"]
+
+
+def _generation(p: dict[str, Any], _passages: int) -> list[str]:
+    return [f"  [{p['_id']}] generated ({p['purpose']}, {len(p['tokens'])} tokens, stopped by "
+            f"{p.get('stopped_by', '?')}): {_short(p['text'])!r}"]
+
+
+def _trigger(p: dict[str, Any], _passages: int) -> list[str]:
+    if p.get("unit") == "step":
+        return []
+    return [f"  ⚑ retrieval fired at token {p['token_index']} ({p.get('token', '')!r}) of span "
+            f"[{p['span']}]: {p['signal']} = {p['value']:.3f} vs threshold {p['threshold']}"]
+
+
+def _retrieval(p: dict[str, Any], passages: int) -> list[str]:
+    # Sets that a filter or a classifier judges next are shown whole, so its numbers make sense.
+    shown = p["hits"] if ("set" in p or "stage" in p) else p["hits"][:passages]
+    lines = [f"      {h['rank']}. [{h['id']}] {h['title']} ({h['score']:.2f}): {_short(h['text'], 70)}" for h in shown]
+    if p.get("candidates") is not None:
+        lines.append(f"      stage-2 candidates (new passages): {', '.join(p['candidates']) or 'none'}")
+    return lines
+
+
+def _filter(p: dict[str, Any], _passages: int) -> list[str]:
+    return [f"  ⊘ filter of the {p.get('set', '?')} set: the model answered {p['raw_answer'].strip()!r} "
+            f"→ {p['status']} {p.get('numbers', [])}; kept {', '.join(p['kept']) or 'nothing'}"
+            + (f"; dropped {', '.join(p['dropped'])}" if p["dropped"] else "")]
+
+
+def _classifier(p: dict[str, Any], _passages: int) -> list[str]:
+    verdict = "accepted" if p["accepted"] else "rejected"
+    return [f"  ◇ pair [{p['pair'][0]}] + [{p['pair'][1]}]: p = {p['probability']:.2f} → {verdict} "
+            f"(judge: {p['judge']})"]
+
+
+def _selection(p: dict[str, Any], _passages: int) -> list[str]:
+    lines = [f"  ✓ selected {', '.join(p['passage_ids']) or 'no passage'}: {p['reason']}"]
+    lines += [f"      [{item['id']}] {item.get('reason', '')}" for item in p.get("passages", [])]
+    lines += [f"      dropped [{item['id']}]: {item.get('reason', '')}" for item in p.get("dropped", [])]
+    if p.get("before_filter") is not None:
+        lines.append(f"      before filtering: {', '.join(p['before_filter']) or 'no passage'}")
+    return lines
+
+
+#: One line-maker per event kind (a kind not listed is left out of the summary).
+_LINES: dict[str, Callable[[dict[str, Any], int], list[str]]] = {
+    "uncertainty": _uncertainty, "check": _check, "rerank": _rerank, "choice": _choice, "generation": _generation,
+    "trigger": _trigger, "retrieval": _retrieval, "filter": _filter, "classifier": _classifier,
+    "selection": _selection,
+    "truncation": lambda p, _n: [f"  ✂ cut span [{p['span']}] at token {p['token_index']}; discarded "
+                                 f"{_short(p['discarded_text'], 80)!r}"],
+    "query": lambda p, _n: [f"  ? query ({_query_label(p)}): {_short(p['text'])!r}"],
+    "note": lambda p, _n: [f"  ! {p['message']}"],
+}
+
+
+def _event_lines(trace: Trace, passages: int) -> list[str]:
+    lines: list[str] = []
     also: list[str] = []  # the non-deciding uncertainty estimates of one context, shown on one line
     for e in trace.events:
         p = e.payload
@@ -50,68 +129,24 @@ def render_text(trace: Trace, *, passages: int = 3) -> str:
         if also:
             lines.append("      also: " + ", ".join(also))
             also = []
-        if e.kind == "uncertainty":
-            extra = ""
-            if "valid" in p:
-                extra = f" from {p['valid']}/{p.get('k', '?')} samples, layer {p.get('layer')} {p.get('site')}"
-            where = f" for passage {p['passage']}" if p.get("passage") else ""
-            lines.append(f"  ~ U({p['estimator']}) of the {p.get('context', '?')} context{where} = "
-                         f"{_num(p['value'])}{extra}")
-        elif e.kind == "check" and p.get("unit") == "step":
-            unit = p["units"][0]
-            verdict = "retrieve" if p["fired"] is not None else "no retrieval"
-            lines.append(f"  {'⚑' if p['fired'] is not None else '·'} step {e.step + 1}: {p['signal']} = "
-                         f"{_num(unit['value'])} {p['compare']} δ {p['threshold']}? {verdict}")
-        elif e.kind == "trigger" and p.get("unit") == "step":
-            continue
-        elif e.kind == "rerank":
-            lines.append(f"  ⇅ re-ranked by {p.get('signal', 'signal')}:")
-            for c in p["candidates"]:
-                mark = "  ← kept" if c["id"] == p["chosen"] else ""
-                lines.append(f"      [{c['id']}] {c.get('title', '')} (search rank {c.get('rank')}, "
-                             f"score {_num(c.get('score'))}): {_num(c.get('value'))}{mark}")
-        elif e.kind == "choice":
-            shown = " | ".join(f"{o['strategy']}: {o.get('answer')!r} ({_num(o.get('value'))})" for o in p["options"])
-            lines.append(f"  ⚖ {shown} → {p['chosen']} ({p['reason']})")
-        elif e.kind == "generation":
-            lines.append(f"  [{e.id}] generated ({p['purpose']}, {len(p['tokens'])} tokens, stopped by "
-                         f"{p.get('stopped_by', '?')}): {_short(p['text'])!r}")
-        elif e.kind == "trigger":
-            lines.append(f"  ⚑ retrieval fired at token {p['token_index']} ({p.get('token', '')!r}) of span "
-                         f"[{p['span']}]: {p['signal']} = {p['value']:.3f} vs threshold {p['threshold']}")
-        elif e.kind == "truncation":
-            lines.append(f"  ✂ cut span [{p['span']}] at token {p['token_index']}; discarded "
-                         f"{_short(p['discarded_text'], 80)!r}")
-        elif e.kind == "query":
-            queries[e.id] = p["text"]
-            lines.append(f"  ? query ({_query_label(p)}): {_short(p['text'])!r}")
-        elif e.kind == "retrieval":
-            # Sets that a filter or a classifier judges next are shown whole, so its numbers make sense.
-            shown = p["hits"] if ("set" in p or "stage" in p) else p["hits"][:passages]
-            for h in shown:
-                lines.append(f"      {h['rank']}. [{h['id']}] {h['title']} ({h['score']:.2f}): {_short(h['text'], 70)}")
-            if p.get("candidates") is not None:
-                lines.append(f"      stage-2 candidates (new passages): {', '.join(p['candidates']) or 'none'}")
-        elif e.kind == "filter":
-            lines.append(f"  ⊘ filter of the {p.get('set', '?')} set: the model answered {p['raw_answer'].strip()!r} "
-                         f"→ {p['status']} {p.get('numbers', [])}; kept {', '.join(p['kept']) or 'nothing'}"
-                         + (f"; dropped {', '.join(p['dropped'])}" if p["dropped"] else ""))
-        elif e.kind == "classifier":
-            verdict = "accepted" if p["accepted"] else "rejected"
-            lines.append(f"  ◇ pair [{p['pair'][0]}] + [{p['pair'][1]}]: p = {p['probability']:.2f} → {verdict} "
-                         f"(judge: {p['judge']})")
-        elif e.kind == "selection":
-            lines.append(f"  ✓ selected {', '.join(p['passage_ids']) or 'no passage'}: {p['reason']}")
-            for item in p.get("passages", []):
-                lines.append(f"      [{item['id']}] {item.get('reason', '')}")
-            for item in p.get("dropped", []):
-                lines.append(f"      dropped [{item['id']}]: {item.get('reason', '')}")
-            if p.get("before_filter") is not None:
-                lines.append(f"      before filtering: {', '.join(p['before_filter']) or 'no passage'}")
-        elif e.kind == "note":
-            lines.append(f"  ! {p['message']}")
+        make = _LINES.get(e.kind)
+        if make is not None:
+            lines += make({**p, "_id": e.id, "_step": e.step}, passages)
     if also:
         lines.append("      also: " + ", ".join(also))
+    return lines
+
+
+def render_text(trace: Trace, *, passages: int = 3) -> str:
+    model, corpus = trace.model.get("name", "?"), trace.corpus.get("name", "?")
+    lines = [f"{trace.method} ({trace.variant}) · {model} · corpus {corpus} · {trace.status} · "
+             f"{trace.costs.total_time:.1f} s",
+             f"Question: {trace.question}"]
+    chosen = {k: v for k, v in trace.config_sources.items() if v != "paper"}
+    if chosen:
+        lines.append("Settings not at the paper's default: " + ", ".join(
+            f"{k}={trace.config.get(k)!r} ({'set by you' if v == 'user' else v})" for k, v in chosen.items()))
+    lines += _event_lines(trace, passages)
     lines.append("Output: " + "\n        ".join(textwrap.wrap(trace.output or "", 100)))
     lines.append(f"Answer: {trace.answer}")
     c = trace.costs

@@ -18,15 +18,19 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-TRACE_VERSION = 1
+#: 2: per-token signals under ``signals: {id: value}`` (version 1 had them as flat token keys;
+#: :meth:`Trace.from_dict` still reads version-1 traces and converts them).
+TRACE_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
-#: Required payload keys per event kind. Extra keys are allowed and kept.
+#: Required payload keys per event kind. Extra keys are allowed and kept. The kinds every method
+#: shares are listed here; a method adds its own with :func:`register_event_kind` in its own module
+#: (BlendFilter's ``filter``, DR-RAG's ``classifier``, SEAKR's ``choice``).
 EVENT_SCHEMA: dict[str, tuple[str, ...]] = {
     # A span of model output. ``tokens`` is a list of TokenSignal dicts; ``purpose`` says what the
     # span was for (draft, continuation, lookahead, answer, pseudo, augment, filter, ...).
@@ -55,59 +59,112 @@ EVENT_SCHEMA: dict[str, tuple[str, ...]] = {
     # Passages re-ordered by a signal other than the search engine's score: ``candidates`` (each with
     # its search ``rank``/``score`` and the signal's ``value``), ``chosen`` (a passage id).
     "rerank": ("candidates", "chosen"),
-    # A model-as-filter verdict over a passage set (BlendFilter): the set's ``passage_ids`` in prompt
-    # order, the ``kept`` and ``dropped`` ids, the model's ``raw_answer``, and how it was read:
-    # ``status`` (parsed, none, all, out_of_range, unparseable, skipped), ``numbers`` (1-based, in
-    # range), ``ignored`` (named but out of range), ``how``; also ``set``, ``retrieval``, ``generation``.
-    "filter": ("passage_ids", "kept", "dropped", "raw_answer", "status"),
     # One retrieval decision with every unit's signal value, so another threshold can be replayed:
     # ``units`` (tokens, words or sentences with ``value``), ``compare`` (">" or "<"), ``fired``.
     "check": ("span", "signal", "threshold", "compare", "units", "fired"),
-    # A relevance-classifier call (DR-RAG): ``pair`` [id_a, id_b] (for CFS the stage-1 passage
-    # first), ``probability``, ``accepted`` (probability >= ``threshold``), and ``judge``: "classifier"
-    # (the trained pair classifier) or "llm" (the model asked; its ``generation`` event id is given).
-    "classifier": ("pair", "probability", "accepted", "judge"),
     # A selection of passages and the reason for it. ``passages`` may give each chosen passage's own
     # ``reason`` (and stage, anchor, sets), ``dropped`` the ids left out with theirs.
     "selection": ("passage_ids", "reason"),
-    # A choice between alternative outputs (SEAKR's answer from rationales vs from passages):
-    # ``options`` (each with ``strategy``, ``answer``, ``value``), ``chosen`` (a strategy), ``reason``.
-    "choice": ("options", "chosen", "reason"),
     # The final answer: ``text`` is the full output, ``answer`` the extracted short answer.
     "answer": ("text", "answer"),
     # Free-form remark (fallbacks, degenerate cases the user should see).
     "note": ("message",),
 }
 
+#: What each registered kind is for, shown by readers that list kinds (and checked for duplicates).
+EVENT_DOCS: dict[str, str] = {}
+
+
+def register_event_kind(kind: str, required: tuple[str, ...], doc: str) -> None:
+    """Add an event kind with its required payload keys; a kind is registered once (same keys: no-op).
+
+    Call it at import time of the module that emits the kind, so a trace that uses it validates
+    wherever that module is loaded.
+    """
+    held = EVENT_SCHEMA.get(kind)
+    if held is not None and tuple(held) != tuple(required):
+        raise ValueError(f"event kind {kind!r} is already registered with keys {held}; choose another name")
+    EVENT_SCHEMA[kind] = tuple(required)
+    EVENT_DOCS[kind] = doc
+
+
+def _required_keys(kind: str) -> tuple[str, ...] | None:
+    """The schema of ``kind``, loading the methods (which register their own kinds) when it is not known yet."""
+    if kind not in EVENT_SCHEMA:
+        import explorer.methods  # noqa: F401  (each method module registers its event kinds)
+    return EVENT_SCHEMA.get(kind)
+
+
 #: ``interrupted``: the process stopped mid-run (killed, crashed); the trace ends at its last checkpoint.
 STATUSES = ("running", "complete", "cancelled", "error", "interrupted")
 
 
-@dataclass
 class TokenSignal:
-    """What the engine measured for one generated token.
+    """One generated token and the signals the engine measured for it.
 
-    ``entropy`` is over the RAW next-token distribution; ``entropy_warped`` over the distribution
-    actually sampled from (None under greedy decoding). ``amax`` is the largest last-layer,
-    head-mean attention this token received from later tokens of the same span (None until a
-    later token exists). ``rind`` = entropy * amax * content.
+    ``signals`` maps a registered signal id (:mod:`explorer.engine.token_signals`) to its value:
+    ``prob``, ``entropy`` and ``logprob`` over the RAW next-token distribution, ``entropy_warped``
+    over the distribution actually sampled from (None under greedy decoding), ``amax`` the
+    largest last-layer attention this token received from later tokens (None until one exists),
+    DRAGIN's ``content`` and ``rind``, and whatever a method registered and asked for. Signal
+    values read as attributes too (``token.entropy``); keyword arguments beyond ``id``, ``text``
+    and ``top`` are signals.
     """
 
-    id: int
-    text: str
-    prob: float
-    entropy: float
-    top: list[tuple[str, float]]
-    entropy_warped: float | None = None
-    amax: float | None = None
-    content: bool = True
-    rind: float | None = None
-    logprob: float | None = None
+    __slots__ = ("id", "text", "top", "signals")
+
+    def __init__(self, id: int, text: str, top: list[tuple[str, float]] | None = None,  # noqa: A002
+                 signals: dict[str, Any] | None = None, **values: Any) -> None:
+        self.id = id
+        self.text = text
+        self.top = list(top or [])
+        self.signals: dict[str, Any] = {**(signals or {}), **values}
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return object.__getattribute__(self, "signals")[name]
+        except KeyError:
+            raise AttributeError(f"this token has no signal {name!r}") from None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TokenSignal) and self.to_dict() == other.to_dict()
+
+    def __repr__(self) -> str:
+        return f"TokenSignal(id={self.id}, text={self.text!r}, signals={self.signals!r})"
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["top"] = [[t, float(p)] for t, p in self.top]
+        return {"id": self.id, "text": self.text, "top": [[t, float(p)] for t, p in self.top],
+                "signals": dict(self.signals)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TokenSignal:
+        d = token_dict_v2(d)
+        return cls(d["id"], d["text"], [(t, p) for t, p in d.get("top") or []], d.get("signals") or {})
+
+
+#: Keys of a version-1 token dict that were not signals.
+_V1_TOKEN_KEYS = ("id", "text", "top")
+
+
+def token_dict_v2(d: dict[str, Any]) -> dict[str, Any]:
+    """A token dict in the version-2 layout; a version-1 dict (signals as flat keys) is converted."""
+    if "signals" in d:
         return d
+    return {"id": d.get("id"), "text": d.get("text", ""), "top": d.get("top") or [],
+            "signals": {k: v for k, v in d.items() if k not in _V1_TOKEN_KEYS}}
+
+
+def upgrade_events(version: int | None, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Event dicts of a trace of ``version`` in the current layout (version-1 generation tokens converted)."""
+    if version == TRACE_VERSION:
+        return events
+    out = []
+    for e in events:
+        tokens = e.get("payload", {}).get("tokens") if e.get("kind") == "generation" else None
+        if isinstance(tokens, list):
+            e = {**e, "payload": {**e["payload"], "tokens": [token_dict_v2(t) for t in tokens]}}
+        out.append(e)
+    return out
 
 
 @dataclass
@@ -214,9 +271,10 @@ class Trace:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Trace:
         version = d.get("version")
-        if version != TRACE_VERSION:
+        if version not in READABLE_VERSIONS:
             raise ValueError(f"trace version {version!r} is not supported "
-                             f"(this explorer reads version {TRACE_VERSION})")
+                             f"(this explorer reads versions {', '.join(map(str, READABLE_VERSIONS))})")
+        events = upgrade_events(version, d["events"])
         return cls(
             question=d["question"],
             method=d["method"],
@@ -225,7 +283,7 @@ class Trace:
             config_sources=d.get("config_sources", {}),
             model=d["model"],
             corpus=d.get("corpus", {}),
-            events=[Event.from_dict(e) for e in d["events"]],
+            events=[Event.from_dict(e) for e in events],
             answer=d.get("answer"),
             output=d.get("output", ""),
             costs=Costs.from_dict(d.get("costs", {})),
@@ -234,7 +292,6 @@ class Trace:
             gold=d.get("gold", {}),
             run_id=d["run_id"],
             created_at=d["created_at"],
-            version=version,
         )
 
     @classmethod
@@ -248,7 +305,7 @@ class Trace:
         for i, e in enumerate(self.events):
             if e.id != i:
                 raise ValueError(f"event {i} has id {e.id}; ids must equal list positions")
-            required = EVENT_SCHEMA.get(e.kind)
+            required = _required_keys(e.kind)
             if required is None:
                 raise ValueError(f"event {i} has unknown kind {e.kind!r}")
             missing = [k for k in required if k not in e.payload]
@@ -261,6 +318,29 @@ class Trace:
         json.dumps(self.to_dict())  # must serialise
 
 
+class Timer:
+    """A timed block whose duration is added to ``wall_time[name]`` (when given) as it ends."""
+
+    def __init__(self, wall_time: dict[str, float] | None = None, name: str = "") -> None:
+        self.wall_time, self.name = wall_time, name
+        self.seconds = 0.0
+        self._start = 0.0
+
+    def __enter__(self) -> Timer:
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self._start
+        if self.wall_time is not None:
+            self.wall_time[self.name] = self.wall_time.get(self.name, 0.0) + self.seconds
+
+
+def phase(rec: TraceRecorder | None, name: str) -> Timer:
+    """``rec.phase(name)``, or an untracked timer for work done without a recorder."""
+    return rec.phase(name) if rec is not None else Timer()
+
+
 class Cancelled(Exception):
     """Raised inside a run when the user pressed Cancel; the partial trace is kept."""
 
@@ -271,8 +351,10 @@ Listener = Callable[[str, dict[str, Any]], None]
 class TraceRecorder:
     """Builds a trace while a method runs, and tells listeners (the UI) as things happen.
 
-    Listeners receive ``("event", event_dict)`` for every event and ``("token", {...})`` for
-    every token while it streams, so a browser can show tokens before a span is complete.
+    Listeners receive ``("event", event_dict)`` for every event, ``("amend", {"id", "kind",
+    "fields"})`` when a method adds to an event it recorded earlier (:meth:`amend`), and
+    ``("token", {...})`` for every token while it streams, so a browser can show tokens before a
+    span is complete. Listeners get copies: what they see changes only through these messages.
     ``cancel`` is checked by the engine between tokens.
     """
 
@@ -293,7 +375,21 @@ class TraceRecorder:
         event = Event(kind=kind, payload=payload, id=len(self.trace.events), step=self.step,
                       t=round(time.perf_counter() - self._t0, 6))
         self.trace.events.append(event)
-        self._notify("event", event.to_dict())
+        self._notify("event", {**event.to_dict(), "payload": dict(payload)})
+        return event
+
+    def amend(self, event_id: int, **fields: Any) -> Event:
+        """Add or replace payload ``fields`` of an earlier event and tell listeners; returns the event.
+
+        For facts known only after the event was recorded (which stage a retrieval belonged to,
+        which query set it answered): the stored trace, the journal and the streaming view all
+        receive the change.
+        """
+        if not 0 <= event_id < len(self.trace.events):
+            raise ValueError(f"cannot amend event {event_id}: the trace has {len(self.trace.events)} events")
+        event = self.trace.events[event_id]
+        event.payload.update(fields)
+        self._notify("amend", {"id": event.id, "kind": event.kind, "fields": dict(fields)})
         return event
 
     def token(self, span_purpose: str, token: TokenSignal) -> None:
@@ -304,15 +400,12 @@ class TraceRecorder:
         if self.cancel.is_set():
             raise Cancelled()
 
-    @contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        """Time a phase (generation, retrieval, ...) into ``costs.wall_time[name]``."""
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            wt = self.trace.costs.wall_time
-            wt[name] = wt.get(name, 0.0) + time.perf_counter() - start
+    def phase(self, name: str) -> Timer:
+        """Time a phase (generation, retrieval, ...) into ``costs.wall_time[name]``; the one way costs are timed.
+
+        ``with rec.phase("retrieval") as timer:`` ... ``timer.seconds`` is the block's duration.
+        """
+        return Timer(self.trace.costs.wall_time, name)
 
     def _notify(self, kind: str, data: dict[str, Any]) -> None:
         for listener in self.listeners:

@@ -21,7 +21,8 @@ import torch
 
 from explorer.engine.generation import Engine, Generation
 from explorer.engine.tiny import WINDOW, architectures, tiny_model
-from explorer.methods.base import Runtime, run_question
+from explorer.methods.base import run_question
+from explorer.runtime import Runtime
 from explorer.ui.panels.strip import window_note
 from explorer.ui.view import TraceView
 

@@ -20,7 +20,8 @@ from explorer.engine.generation import Engine
 from explorer.engine.loader import load_model
 from explorer.engine.tiny import tiny_model
 from explorer.errors import ModelError
-from explorer.methods.base import Runtime, run_question
+from explorer.methods.base import run_question
+from explorer.runtime import Runtime
 
 WEIGHTLESS = "no-weights-kernel"
 QUESTION = "Which actress from SuperMansion had a recurring role on Workaholics?"

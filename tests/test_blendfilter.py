@@ -6,9 +6,10 @@ import pytest
 
 from explorer.engine.generation import Engine
 from explorer.errors import ConfigError
-from explorer.methods import Runtime, run_question
+from explorer.methods import run_question
 from explorer.methods.base import make_config
-from explorer.methods.blendfilter import filter_prompt
+from explorer.methods.blendfilter.method import filter_prompt
+from explorer.runtime import Runtime
 from explorer.summary import render_text
 from explorer.trace import Trace
 

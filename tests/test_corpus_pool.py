@@ -118,7 +118,7 @@ def test_pooling_the_shared_files_gives_the_benchmark_gold(shared_data: Path, tm
     pool = build_pool(sources, [CorpusSource(shared_data / "2wikimultihopqa/corpus_6119.json")], tmp_path)
     gold = json.loads(pool.gold_path.read_text(encoding="utf-8"))
     assert len(gold["hotpotqa"]["questions"]) == 100 and len(gold["musique"]["questions"]) == 100
-    from explorer.retrieval.benchmark import load_benchmark_gold
+    from explorer.eval.benchmark_gold import load_benchmark_gold
 
     benchmark = load_benchmark_gold()
     assert gold["hotpotqa"]["questions"] == benchmark["hotpotqa"]  # the same ids the benchmark pool gives

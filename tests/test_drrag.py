@@ -8,10 +8,11 @@ import pytest
 
 from explorer.engine.generation import Engine
 from explorer.errors import ConfigError
-from explorer.methods import Runtime, run_question
+from explorer.methods import run_question
 from explorer.methods.base import make_config
-from explorer.methods.drrag import judge_prompt, yes_probability
+from explorer.methods.drrag.method import judge_prompt, yes_probability
 from explorer.retrieval.base import Passage
+from explorer.runtime import Runtime
 from explorer.summary import render_text
 from explorer.trace import Trace
 
@@ -62,7 +63,7 @@ def check_drrag_trace(trace: Trace, cfg: dict, judge: str | None) -> None:
 def test_a_fresh_cache_uses_the_shipped_classifier(tiny_lm, demo_retriever, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """A fresh install: an empty cache and no benchmark data; the shipped classifier judges, so at most 2 LLM calls."""
-    from explorer.retrieval.pair_classifier import PairClassifier
+    from explorer.methods.drrag.pair_classifier import PairClassifier
 
     monkeypatch.setenv("EXPLORER_CACHE", str(tmp_path / "empty-cache"))
     monkeypatch.setenv("EXPLORER_DATA", str(tmp_path / "no-data"))
@@ -115,8 +116,8 @@ def test_qdc_needs_no_judge(tiny_lm, demo_retriever) -> None:
 @pytest.fixture(scope="module")
 def small_classifier(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A classifier trained on 15 questions per dataset, saved outside the cache."""
+    from explorer.methods.drrag.pair_classifier import train
     from explorer.paths import shared_data_dir
-    from explorer.retrieval.pair_classifier import train
 
     data = shared_data_dir()
     if not data.is_dir():

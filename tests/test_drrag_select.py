@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from explorer.methods.drrag_select import Pick, cfs_select, cis_select, qdc_select
+from explorer.methods.drrag.selection import Pick, cfs_select, cis_select, qdc_select
 from explorer.retrieval.base import Hit, Passage
 
 P = {key: Passage(key, title, f"{title} text") for key, title in [

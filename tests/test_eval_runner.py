@@ -13,7 +13,7 @@ from explorer.errors import ConfigError, DatasetError, ExplorerError
 from explorer.eval.report import summary_csv
 from explorer.eval.runner import EvalSettings, build_arms, default_name, run_evaluation
 from explorer.eval.scores import score_evaluation
-from explorer.methods.base import Runtime
+from explorer.runtime import Runtime
 from explorer.store import RunStore
 from explorer.trace import Trace
 

@@ -19,8 +19,8 @@ from explorer.errors import ExplorerError
 from explorer.eval.lock import EvaluationLock, lock_path
 from explorer.eval.report import report_markdown
 from explorer.eval.runner import EvalSettings, build_arms, run_evaluation
-from explorer.methods.base import Runtime
 from explorer.paths import DEMO_CORPUS_DIR
+from explorer.runtime import Runtime
 from explorer.store import RunStore
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from explorer.methods.filter_parse import STATUSES, parse_filter_answer
+from explorer.methods.blendfilter.filter_parse import STATUSES, parse_filter_answer
 
 # (answer as a model wrote it, K, passage numbers read, status)
 TABLE = [

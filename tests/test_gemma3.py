@@ -24,7 +24,7 @@ QUESTION = "What is the seating capacity of the arena where the Lewiston Maineia
 def gemma_runtime(demo_retriever):
     from explorer.engine.generation import Engine
     from explorer.engine.loader import load_model
-    from explorer.methods.base import Runtime
+    from explorer.runtime import Runtime
 
     lm = load_model("gemma3-270m", progress=lambda _m: None)
     return Runtime(engine=Engine(lm), retriever=demo_retriever, corpus={"spec": "demo"})
@@ -52,7 +52,7 @@ def test_dragin_reads_signals_that_match_a_whole_sequence_pass(gemma_runtime) ->
     span = next(e for e in trace.events if e.kind == "generation" and e.payload["purpose"] == "draft")
     tokens = span.payload["tokens"]
     assert span.payload["prompt_segments"][0] == ["special", 0, 1]  # the BOS the tokenizer adds, once
-    assert sum(t["amax"] is not None for t in tokens) >= len(tokens) - 1
+    assert sum(t["signals"]["amax"] is not None for t in tokens) >= len(tokens) - 1
     assert any(e.kind == "trigger" for e in trace.events), "θ = 0.05 is below every RIND seen on this model"
     # One whole-sequence pass over prompt + draft gives the same entropy and amax as the KV-cached loop.
     gen = engine.generate(span.payload["prompt"], max_new_tokens=6)

@@ -97,7 +97,6 @@ def test_concurrent_analysis_matches_sequential(language) -> None:
 
 
 def test_missing_spacy_package_names_the_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(lang, "_instance", None)
     monkeypatch.setattr(lang, "SPACY_PACKAGE", "en_core_web_absent_pipeline")
     with pytest.raises(ModelError) as info:
         get_language()

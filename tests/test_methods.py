@@ -19,7 +19,8 @@ from explorer.engine.language import get_language
 from explorer.engine.signals import merge_words
 from explorer.errors import ConfigError, ExplorerError
 from explorer.methods import prompts
-from explorer.methods.base import Runtime, make_config, run_question
+from explorer.methods.base import make_config, run_question
+from explorer.runtime import Runtime
 from explorer.trace import Trace
 
 LEWISTON = "What is the seating capacity of the arena where the Lewiston Maineiacs played their home games?"
@@ -188,7 +189,7 @@ def test_paper_cut_is_right_before_the_trigger_token(tiny_runtime) -> None:
     trigger = trace.of_kind("trigger")[0].payload
     cut = next(c.payload for c in trace.of_kind("truncation") if c.payload["span"] == trigger["span"])
     assert cut["token_index"] == trigger["token_index"]
-    tokens = trace.event(trigger["span"]).payload["tokens"]
+    tokens = [t["signals"] for t in trace.event(trigger["span"]).payload["tokens"]]
     assert tokens[trigger["token_index"]]["rind"] == pytest.approx(trigger["value"])
     assert trigger["value"] > trigger["threshold"]
     assert all(t["rind"] is None or t["rind"] <= trigger["threshold"] or not t["content"]

@@ -10,9 +10,7 @@ import numpy as np
 import pytest
 
 from explorer.errors import ConfigError, DatasetError, ModelError
-from explorer.retrieval.base import Passage
-from explorer.retrieval.embeddings import TextEncoder, encoder_path, get_encoder
-from explorer.retrieval.pair_classifier import (
+from explorer.methods.drrag.pair_classifier import (
     FEATURE_NAMES,
     PairClassifier,
     PairFeaturizer,
@@ -22,6 +20,8 @@ from explorer.retrieval.pair_classifier import (
     load_training_questions,
     train,
 )
+from explorer.retrieval.base import Passage
+from explorer.retrieval.embeddings import TextEncoder, encoder_path, get_encoder
 
 _trained: dict[str, tuple[PairClassifier, dict]] = {}
 

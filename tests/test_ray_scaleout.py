@@ -294,7 +294,7 @@ def test_contradictory_worker_options_are_refused_before_anything_runs(flags, me
 
 def test_a_runtime_object_cannot_go_to_workers(tiny_lm, demo_retriever, tmp_db: Path) -> None:
     from explorer.engine.generation import Engine
-    from explorer.methods.base import Runtime
+    from explorer.runtime import Runtime
 
     runtime = Runtime(engine=Engine(tiny_lm), retriever=demo_retriever, corpus={"name": "demo"})
     with pytest.raises(ConfigError, match="Ray workers open theirs from the settings"):

@@ -21,7 +21,7 @@ from explorer.engine.language import get_language
 from explorer.engine.signals import merge_words
 from explorer.methods import prompts
 from explorer.methods import reference_rules as rules
-from explorer.methods.dragin import reference_word_scores
+from explorer.methods.dragin.method import reference_word_scores
 from tests import reference_oracle as oracle
 
 QUESTIONS = [json.loads(line)["question"] for line in

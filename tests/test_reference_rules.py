@@ -14,8 +14,9 @@ import pytest
 from explorer.engine.generation import Engine, Generation
 from explorer.methods import common, prompts
 from explorer.methods import reference_rules as rules
-from explorer.methods.base import Runtime, run_question
+from explorer.methods.base import run_question
 from explorer.methods.resolve import resolve_config
+from explorer.runtime import Runtime
 from explorer.trace import TokenSignal, Trace, TraceRecorder
 
 LEWISTON = "What is the seating capacity of the arena where the Lewiston Maineiacs played their home games?"

@@ -96,8 +96,8 @@ def test_benchmark_corpus_size_and_passage_length(benchmark) -> None:
 
 @pytest.mark.shared_data
 def test_every_gold_paragraph_is_in_the_benchmark_corpus(benchmark, shared_data: Path) -> None:
+    from explorer.eval.benchmark_gold import load_benchmark_gold
     from explorer.eval.datasets import load_dataset
-    from explorer.retrieval.benchmark import load_benchmark_gold
 
     gold = load_benchmark_gold()
     for name, rel in (("hotpotqa", "hotpotqa/dev_distractor_100.json"), ("musique", "musique/dev_100.json"),

@@ -136,7 +136,7 @@ def test_the_command_line_chooses_the_retriever(capsys: pytest.CaptureFixture[st
 
 
 def test_the_app_runs_with_the_retriever_chosen_beside_the_corpus(engine, tmp_db: Path) -> None:
-    from explorer.methods.base import Runtime
+    from explorer.runtime import Runtime
     from explorer.ui import controls
     from explorer.ui.app import AppSettings, _retargeter, build_app
     from explorer.ui.controller import RunController, RuntimeHolder

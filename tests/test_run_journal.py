@@ -18,7 +18,8 @@ import pytest
 
 from explorer.engine.generation import Engine
 from explorer.journal import RunJournal, owner_gone, owner_token
-from explorer.methods.base import Runtime, run_question
+from explorer.methods.base import run_question
+from explorer.runtime import Runtime
 from explorer.store import RunStore
 from explorer.trace import Trace
 

@@ -8,10 +8,11 @@ import pytest
 
 from explorer.engine.generation import Engine, Generation
 from explorer.errors import ConfigError
-from explorer.methods import Runtime, run_question
+from explorer.methods import run_question
 from explorer.methods.base import make_config
-from explorer.methods.seakr_answer import _choose, without_answer
-from explorer.methods.seakr_query import build_query
+from explorer.methods.seakr.answer import _choose, without_answer
+from explorer.methods.seakr.query import build_query
+from explorer.runtime import Runtime
 from explorer.summary import render_text
 from explorer.trace import TokenSignal, Trace
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from explorer.engine.decode import text_end
 from explorer.engine.generation import Engine, Sampling
 from explorer.engine.hidden import HiddenCapture, HiddenSpec
 from explorer.engine.loader import tiny_random_model
-from explorer.engine.sampling import sample, text_end
+from explorer.engine.sampling import sample
 from explorer.engine.uncertainty import measure
 from explorer.errors import ConfigError
 from explorer.trace import Trace, TraceRecorder
@@ -164,3 +165,20 @@ def test_bad_arguments_are_user_errors(engine: Engine) -> None:
         measure(engine, PROMPT, k=2, max_new_tokens=4, sampling=Sampling(), hidden=HiddenSpec(), primary="vibes")
     with pytest.raises(ConfigError):
         sample(engine, PROMPT, k=2, max_new_tokens=4, hidden=HiddenSpec(layer=99))
+
+
+def test_cancel_ends_greedy_and_sampled_decoding_the_same_way(engine) -> None:
+    """Both loops stop at a Cancel with stopped_by="cancelled", record the span and its costs, then unwind."""
+    from explorer.trace import Cancelled
+
+    for decode in ("greedy", "sampled"):
+        rec = TraceRecorder(Trace(question="q", method="wo", variant="paper", config={}, model={}))
+        rec.cancel.set()
+        with pytest.raises(Cancelled):
+            if decode == "greedy":
+                engine.generate(PROMPT, max_new_tokens=8, rec=rec, attention=False)
+            else:
+                engine.sample(PROMPT, k=3, max_new_tokens=8, sampling=Sampling(seed=1), greedy=True, rec=rec)
+        (span,) = rec.trace.of_kind("generation")
+        assert span.payload["stopped_by"] == "cancelled" and span.payload["tokens"] == []
+        assert rec.costs.llm_calls == 1 and rec.costs.forward_passes == 1, decode  # the prompt's pass only

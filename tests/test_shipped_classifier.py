@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 
 from explorer.errors import ModelError
-from explorer.retrieval.pair_classifier import (
+from explorer.methods.drrag.pair_classifier import (
     FEATURE_NAMES,
     FEATURE_VERSION,
     PairClassifier,
     StaleClassifier,
     _make_estimator,
 )
-from explorer.retrieval.pair_weights import FAMILIES, ArrayEstimator, export_estimator
+from explorer.methods.drrag.pair_weights import FAMILIES, ArrayEstimator, export_estimator
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = PairClassifier.shipped_path()
@@ -47,7 +47,7 @@ def test_every_family_is_stored_as_arrays_that_predict_like_scikit_learn(family:
     expected = estimator.predict_proba(test)
     assert np.abs(ArrayEstimator(tensors, spec).predict_proba(test) - expected).max() < 1e-12
     # and through a saved folder
-    from explorer.retrieval.pair_classifier import PairFeaturizer
+    from explorer.methods.drrag.pair_classifier import PairFeaturizer
 
     folder = PairClassifier(estimator, PairFeaturizer({"a": 1}, 3), threshold=0.4,
                             metadata={"family": family}).save(tmp_path / family)
@@ -88,7 +88,7 @@ def test_the_shipped_classifier_tells_a_bridge_pair_from_an_unrelated_one() -> N
 
 
 def test_it_is_found_from_any_working_folder_with_an_empty_cache(tmp_path: Path) -> None:
-    code = ("from explorer.retrieval.pair_classifier import PairClassifier as P; m = P.load(); "
+    code = ("from explorer.methods.drrag.pair_classifier import PairClassifier as P; m = P.load(); "
             "print(m.origin, m.source, m.family)")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "EXPLORER_CACHE": str(tmp_path / "cache"),
            "EXPLORER_DATA": str(tmp_path / "no-data")}
@@ -109,7 +109,8 @@ def test_a_retrained_classifier_in_the_cache_takes_precedence(tmp_path: Path, mo
 def test_a_stale_classifier_is_refused_and_auto_falls_back_to_the_model(tiny_lm, demo_retriever,
                                                                           tmp_path: Path) -> None:
     from explorer.engine.generation import Engine
-    from explorer.methods import Runtime, run_question
+    from explorer.methods import run_question
+    from explorer.runtime import Runtime
 
     stale = tmp_path / "stale"
     shutil.copytree(SHIPPED, stale)

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from explorer.methods.base import Runtime, run_question
+from explorer.methods.base import run_question
+from explorer.runtime import Runtime
 from explorer.store import RunStore
 from explorer.trace import Trace
 

@@ -8,7 +8,8 @@ import pytest
 
 from explorer.engine.generation import Engine
 from explorer.errors import ConfigError, ExplorerError
-from explorer.methods.base import Runtime, method_names
+from explorer.methods.base import method_names
+from explorer.runtime import Runtime
 from explorer.store import RunStore
 from explorer.ui import controls, history, server, viewblock
 from explorer.ui.controller import RunController, RuntimeHolder

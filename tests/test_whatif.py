@@ -8,7 +8,8 @@ import pytest
 
 from explorer import whatif
 from explorer.engine.generation import Engine
-from explorer.methods.base import Runtime, run_question
+from explorer.methods.base import run_question
+from explorer.runtime import Runtime
 from explorer.trace import Trace, TraceRecorder
 
 

@@ -24,7 +24,7 @@ def hostile_trace(run_id: str = "hostile0000000000") -> Trace:
     gen = rec.add("generation", purpose="draft " + IMG, text="".join(t["text"] for t in tokens), tokens=tokens,
                   prompt=PAYLOAD, decoding="greedy")
     rec.add("check", span=gen.id, signal="rind" + IMG, threshold=0.3, compare=">", fired=1, rule=PAYLOAD,
-            unit="token", units=[{"text": t["text"], "value": t["rind"], "eligible": True} for t in tokens])
+            unit="token", units=[{"text": t["text"], "value": t["signals"]["rind"], "eligible": True} for t in tokens])
     rec.add("trigger", span=gen.id, token_index=1, signal="rind", value=0.4, threshold=0.3, token=IMG)
     rec.add("truncation", span=gen.id, token_index=1, kept_text=SCRIPT, discarded_text=IMG, reason=PAYLOAD)
     query = rec.add("query", text="query " + PAYLOAD, source="qfs" + IMG, masked=[IMG, SCRIPT],

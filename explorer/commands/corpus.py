@@ -139,18 +139,20 @@ def _convert(args: argparse.Namespace) -> int:
 
 
 def _build_benchmark(args: argparse.Namespace) -> int:
+    from explorer.eval.benchmark_gold import write_benchmark_gold
     from explorer.retrieval.benchmark import build_benchmark_corpus
     from explorer.retrieval.registry import clear_cache, open_retriever
 
     started = time.perf_counter()
     files = build_benchmark_corpus(args.data, progress=_progress)
+    gold = write_benchmark_gold(files, args.data)
     clear_cache()
     retriever = open_retriever("benchmark", progress=_progress)
     manifest = files.manifest() or {}
     rows = [
         ("paragraphs", f"{manifest.get('documents', 0):,} distinct (title, text)"),
         ("passages", f"{len(retriever):,} of at most 100 words"),
-        ("gold questions", ", ".join(f"{k} {v:,}" for k, v in manifest.get("gold_questions", {}).items())),
+        ("gold questions", ", ".join(f"{k} {len(v['questions']):,}" for k, v in gold.items())),
         ("corpus", str(files.corpus_path)),
         ("gold ids", str(files.gold_path)),
         ("index", f"{retriever.describe()['index']} ({'built' if retriever.index_built else 'reused'})"),

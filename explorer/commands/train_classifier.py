@@ -43,8 +43,8 @@ def _row(name: str, m: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from explorer.methods.drrag.pair_classifier import PairClassifier, train
     from explorer.paths import shared_data_dir
-    from explorer.retrieval.pair_classifier import PairClassifier, train
 
     if args.limit is not None and args.limit < 2:
         raise ConfigError(f"--limit must be at least 2, got {args.limit}", fix="pass --limit 2 or more, or omit it")

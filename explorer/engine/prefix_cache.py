@@ -91,7 +91,7 @@ class PrefixCache:
             self.saved_tokens += shared
             rest = prompt_ids[shared:]
         else:
-            cache, rest = engine._new_cache(), prompt_ids
+            cache, rest = engine.new_cache(), prompt_ids
         out = engine._forward(torch.tensor([rest], device=engine.device), cache)
         if _can_roll_back(cache):
             kept = copy.deepcopy(cache)

@@ -30,24 +30,28 @@ row decodes greedily (SEAKR's pseudo-generation), sharing the same prefill and p
 from __future__ import annotations
 
 import inspect
-import re
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from explorer.engine.generation import Detokenizer, Engine, Generation, PromptLike, Sampling, _drop_after
+from explorer.engine.decode import (
+    Detokenizer,
+    cancelled,
+    count_call,
+    drop_after,
+    kept_tokens,
+    raise_if_cancelled,
+    text_end,
+    token_signal,
+)
+from explorer.engine.generation import Engine, Generation, PromptLike, Sampling
 from explorer.engine.hidden import HiddenCapture, HiddenSpec, note_fallback
-from explorer.engine.language import is_stopword
-from explorer.engine.signals import step_stats, warp
+from explorer.engine.signals import warp
+from explorer.engine.token_signals import plan
 from explorer.errors import ConfigError, ExplorerError, ModelError
-from explorer.trace import TokenSignal, TraceRecorder
-
-#: A sentence ends at . ! or ? (with closing quotes/brackets) followed by whitespace, but not after
-#: a single capital letter ("J. R. R."), so initials do not end a reasoning step.
-_SENTENCE_END = re.compile(r"(?<!\b[A-Z])[.!?][\"'”’)\]]*(?=\s)")
+from explorer.trace import TokenSignal, TraceRecorder, phase
 
 
 @dataclass
@@ -151,13 +155,13 @@ def sample(engine: Engine, prompt: PromptLike, *, k: int, max_new_tokens: int, s
     engine.check_fits(len(prompt_ids), max_new_tokens + 2)
     loop = _Loop(engine, prompt_ids, k, max_new_tokens, sampling, tuple(s for s in stop_strings if s),
                  sentence_end, hidden, greedy, rec, purpose)
-    with engine.lock, torch.inference_mode():
-        started = time.perf_counter()
+    with engine.lock, torch.inference_mode(), phase(rec, "sampling") as timer:
         loop.run()
-        seconds = time.perf_counter() - started
-    batch = loop.result(text, segments, seconds)
+    batch = loop.result(text, segments, timer.seconds)
     if rec is not None:
         _record(batch, loop, rec, meta or {})
+        # The partial batch is in the trace (and its costs counted) before the run unwinds.
+        raise_if_cancelled("cancelled" if loop.cancelled else "")
     return batch
 
 
@@ -176,6 +180,10 @@ class _Loop:
             rows.append(_Row(i, gen, Detokenizer(engine), position=p))
         self.rows = rows
         self.forward_passes = 0
+        self.cancelled = False
+        # The greedy row's tokens carry the logit and token signals; no attention is read here, so
+        # attention and derived signals keep the layout with None.
+        self.specs = plan(attention=False)
         self.layer: int | None = None
         self.site: str | None = None
         self._positions = "position_ids" in inspect.signature(engine.model.forward).parameters
@@ -184,9 +192,8 @@ class _Loop:
     def run(self) -> None:
         engine, model, device = self.engine, self.engine.model, self.engine.device
         p = len(self.prompt_ids)
-        cache = engine._new_cache()
-        out = model(input_ids=torch.tensor([self.prompt_ids], device=device), past_key_values=cache,
-                    use_cache=True, logits_to_keep=1)
+        cache = engine.new_cache()
+        out = engine.forward_batch(torch.tensor([self.prompt_ids], device=device), cache)
         self.forward_passes += 1
         batch = list(self.rows)
         if len(batch) > 1:
@@ -200,8 +207,9 @@ class _Loop:
             capture.__enter__()
         try:
             while batch:
-                if self.rec is not None:
-                    self.rec.check_cancel()
+                if cancelled(self.rec):
+                    self._cancel(batch)
+                    break
                 self._choose(batch, logits, mask)
                 keep = [i for i, r in enumerate(batch) if not r.done]
                 if not keep:
@@ -223,12 +231,9 @@ class _Loop:
                     r.position += 1
                     r.fed += 1
                 mask = torch.cat([mask, torch.ones(len(batch), 1, dtype=mask.dtype, device=device)], dim=1)
-                kwargs: dict[str, Any] = {"input_ids": torch.tensor(inputs, device=device)[:, None],
-                                          "attention_mask": mask, "past_key_values": cache, "use_cache": True,
-                                          "logits_to_keep": 1}
-                if self._positions:
-                    kwargs["position_ids"] = torch.tensor(positions, device=device)[:, None]
-                out = model(**kwargs)
+                out = engine.forward_batch(torch.tensor(inputs, device=device)[:, None], cache, attention_mask=mask,
+                                           position_ids=torch.tensor(positions, device=device)[:, None]
+                                           if self._positions else None)
                 self.forward_passes += 1
                 logits = out.logits[:, -1]
                 for i, r in enumerate(batch):
@@ -266,18 +271,23 @@ class _Loop:
             piece = r.detok.push(token)
             r.pieces.append(piece)
             if r.greedy:
-                stats = step_stats(raw[j], token)
-                top = [(self.engine.decode([t]), pr) for t, pr in zip(stats.top_ids, stats.top_probs, strict=True)]
-                signal = TokenSignal(id=token, text=piece, prob=stats.prob, entropy=stats.entropy, top=top,
-                                     content=not is_stopword(piece), logprob=stats.logprob)
+                signal = token_signal(self.engine, raw[j], token, piece, self.specs)
                 r.tokens.append(signal)
                 if self.rec is not None:
                     self.rec.token(self.purpose, signal)
             cut = text_end(r.detok.text, self.stop_strings, self.sentence_end)
             if cut is not None:
-                self._stop(r, cut[1], _kept_tokens(r.pieces, cut[0]), mask, i, text=r.detok.text[:cut[0]])
+                self._stop(r, cut[1], kept_tokens(r.pieces, cut[0]), mask, i, text=r.detok.text[:cut[0]])
             elif len(r.ids) >= self.max_new:
                 self._stop(r, "max_tokens", len(r.ids), mask, i)
+
+    def _cancel(self, batch: list[_Row]) -> None:
+        """The user pressed Cancel: every row still going ends here with what it has."""
+        self.cancelled = True
+        for r in batch:
+            if not r.stopped_by:
+                r.stopped_by, r.kept, r.text = "cancelled", len(r.ids), r.detok.text
+            r.done = True
 
     def _draw(self, raw: torch.Tensor, rows: list[_Row]) -> list[int]:
         s = self.sampling
@@ -325,7 +335,7 @@ class _Loop:
                 r.stopped_by, r.kept, r.text = "max_tokens", len(r.ids), r.detok.text
             ids = r.ids[:r.kept]
             if r.greedy:
-                tokens, ids = _drop_after(r.tokens[:r.kept], ids, len(r.text))
+                tokens, ids = drop_after(r.tokens[:r.kept], ids, len(r.text))
                 greedy = Generation(purpose=self.purpose, prompt=prompt, prompt_ids=self.prompt_ids,
                                     segments=segments, ids=ids, tokens=tokens, text="".join(t.text for t in tokens),
                                     stopped_by=r.stopped_by)
@@ -343,31 +353,6 @@ class _Loop:
                            forward_passes=self.forward_passes, seconds=seconds)
 
 
-def text_end(text: str, stop_strings: Sequence[str], sentence_end: bool) -> tuple[int, str] | None:
-    """Where a row's text ends (character offset) and why, or None while it goes on.
-
-    A stop string ends the text right before it; a sentence end (``sentence_end``) right after
-    its punctuation, and only once the sentence has some text.
-    """
-    hits = [(i, "stop_string") for s in stop_strings if s and (i := text.find(s)) >= 0]
-    if sentence_end:
-        m = _SENTENCE_END.search(text)
-        if m is not None and text[:m.start()].strip():
-            hits.append((m.end(), "sentence_end"))
-    return min(hits) if hits else None
-
-
-def _kept_tokens(pieces: list[str], cut: int) -> int:
-    """How many tokens start before character ``cut`` (a token straddling the cut is kept)."""
-    pos, count = 0, 0
-    for piece in pieces:
-        if pos >= cut:
-            break
-        count += 1
-        pos += len(piece)
-    return count
-
-
 def _end_token(engine: Engine) -> int:
     eos = engine.tokenizer.eos_token_id
     if eos is None and engine.eos_ids:
@@ -380,13 +365,8 @@ def _end_token(engine: Engine) -> int:
 
 def _record(batch: SampleBatch, loop: _Loop, rec: TraceRecorder, meta: dict[str, Any]) -> None:
     """One LLM call, k sampled sequences, its passes and tokens; the greedy row as a generation event."""
-    costs = rec.costs
-    costs.llm_calls += 1
-    costs.sampled_sequences += batch.k
-    costs.forward_passes += batch.forward_passes
-    costs.prompt_tokens += len(batch.prompt_ids)
-    costs.generated_tokens += sum(len(r.ids) for r in loop.rows)
-    costs.wall_time["sampling"] = costs.wall_time.get("sampling", 0.0) + batch.seconds
+    count_call(rec.costs, forward_passes=batch.forward_passes, prompt_tokens=len(batch.prompt_ids),
+               generated_tokens=sum(len(r.ids) for r in loop.rows), sampled_sequences=batch.k)
     gen = batch.greedy
     if gen is not None:
         event = rec.add("generation", purpose=gen.purpose, text=gen.text, tokens=[t.to_dict() for t in gen.tokens],

@@ -2,9 +2,10 @@
 
 Each function here has one job and one signature, so a method combines signals instead of
 re-deriving them: the distribution statistics of a step (:func:`step_stats`), the running
-maximum attention a token receives (:class:`AmaxTracker`), DRAGIN's RIND score (:func:`rind`),
-and the aggregation of sub-word tokens into words (:func:`merge_words`), which the reference
+maximum attention a token receives (:class:`AmaxTracker`), and the aggregation of sub-word
+tokens into words (:func:`merge_words`), which the reference
 variant of DRAGIN and several views need and which would otherwise be pasted into every method.
+Which signals a token carries is decided by the registry in :mod:`explorer.engine.token_signals`.
 """
 
 from __future__ import annotations
@@ -84,13 +85,6 @@ class AmaxTracker:
     def values(self) -> list[float | None]:
         """amax per generated token; None where no later token exists yet."""
         return [None if v < 0 else v for v in self._amax[:self.count].tolist()]
-
-
-def rind(entropy: float, amax: float | None, content: bool) -> float | None:
-    """DRAGIN's S_RIND = H * amax * s; None while no later token has attended to this one."""
-    if amax is None:
-        return None
-    return entropy * amax * (1.0 if content else 0.0)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,6 @@ side costs nothing extra:
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,7 +33,7 @@ from explorer.engine.generation import Engine, PromptLike, Sampling
 from explorer.engine.hidden import HiddenSpec
 from explorer.engine.sampling import Sample, SampleBatch, sample
 from explorer.errors import ConfigError
-from explorer.trace import TraceRecorder
+from explorer.trace import TraceRecorder, phase
 
 ESTIMATORS = ("gram", "prompting", "perplexity", "multi_perplexity", "ln_entropy", "energy")
 DEFAULT_ALPHA = 1e-3
@@ -163,8 +162,7 @@ def prompting(engine: Engine, prompt: PromptLike, rec: TraceRecorder | None = No
     _text, ids, _spans = engine.encode_prompt(segments)
     engine.check_fits(len(ids), 1, where="self-check prompt")
     yes, no = engine.tokenize(" Yes")[0], engine.tokenize(" No")[0]
-    started = time.perf_counter()
-    with engine.lock, torch.inference_mode():
+    with engine.lock, torch.inference_mode(), phase(rec, "sampling"):
         out = engine.model(input_ids=torch.tensor([ids], device=engine.device), use_cache=False, logits_to_keep=1)
     probs = torch.softmax(out.logits[0, -1].float(), dim=-1)
     p_yes, p_no = float(probs[yes]), float(probs[no])
@@ -172,7 +170,6 @@ def prompting(engine: Engine, prompt: PromptLike, rec: TraceRecorder | None = No
         rec.costs.llm_calls += 1
         rec.costs.forward_passes += 1
         rec.costs.prompt_tokens += len(ids)
-        rec.costs.wall_time["sampling"] = rec.costs.wall_time.get("sampling", 0.0) + time.perf_counter() - started
     total = p_yes + p_no
     value = p_no / total if total > 0 else None
     return Estimate("prompting", value, {"answer": "No" if p_no > p_yes else "Yes", "p_yes": p_yes, "p_no": p_no,

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from explorer.cache import KeyedCache
 from explorer.errors import DatasetError
 from explorer.eval.question import Question
 from explorer.eval.question_files import check_format, read_questions, sniff_format
@@ -134,20 +135,21 @@ def load_dataset(name: str, *, path: Path | str | None = None, limit: int | None
 # --- question sources: a benchmark name or a user's file ------------------------------------------
 
 
-_fingerprints: dict[tuple[str, int, int], str] = {}
+_fingerprints: KeyedCache[str] = KeyedCache("file fingerprints")
 
 
 def file_fingerprint(path: Path) -> str:
     """A content hash of a file (remembered per path, size and modification time within the process)."""
     stat = path.stat()
-    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
-    cached = _fingerprints.get(key)
-    if cached is None:
+
+    def build() -> str:
         digest = hashlib.sha256()
         with open(path, "rb") as stream:
             for block in iter(lambda: stream.read(1 << 20), b""):
                 digest.update(block)
-        cached = _fingerprints[key] = digest.hexdigest()[:32]
+        return digest.hexdigest()[:32]
+
+    cached = _fingerprints.get(str(path.resolve()), build, stamp=(stat.st_size, stat.st_mtime_ns))
     return cached
 
 

@@ -20,7 +20,8 @@ from typing import Any, Protocol
 
 from explorer.eval.question import Question
 from explorer.eval.runtime_spec import RuntimeSpec
-from explorer.methods.base import Runtime, run_question
+from explorer.methods.base import run_question
+from explorer.runtime import Runtime
 from explorer.trace import Trace
 
 

@@ -38,8 +38,9 @@ from typing import Any
 from explorer.errors import DatasetError
 from explorer.eval.datasets import DatasetSource, resolve_sources
 from explorer.eval.metrics import answer_scores, document_of, passage_recall
-from explorer.methods.base import Runtime, make_config, run_question
+from explorer.methods.base import make_config, run_question
 from explorer.retrieval.base import Retriever
+from explorer.runtime import Runtime
 from explorer.trace import Trace, TraceRecorder
 
 DATASETS = ("hotpotqa", "musique")
@@ -203,7 +204,7 @@ def load_items(data_dir: Path, retriever: Retriever, limit: int | None = None,
 def drrag_trace(retriever: Retriever, question: str, strategy: str, k: int, *, k2: int = 5,
                 classifier_path: str = "") -> Trace:
     """A DR-RAG trace that ends at the ``selection`` event (stages and classifier calls, no answer)."""
-    from explorer.methods.drrag import DrRag
+    from explorer.methods.drrag.method import DrRag
 
     k1 = max(1, math.ceil(k / 2))
     cfg = make_config("drrag", {"selection": strategy, "k": k, "k1": k1, "k2": k2, "judge": "classifier",
@@ -289,7 +290,7 @@ def measure(data_dir: Path, *, methods: Sequence[str] = DEFAULT_METHODS, ks: Seq
     wanted = [m for m in STRATEGIES if m in methods]
     heldout: set[str] = set()
     if any(m in ("cis", "cfs") for m in wanted):
-        from explorer.methods.drrag import load_classifier
+        from explorer.methods.drrag.method import load_classifier
 
         clf, where = load_classifier(classifier_path or None)
         if clf is None:
@@ -341,8 +342,8 @@ def _encode_all(encoder: Any, retriever: Retriever, items: list[Item], say: Prog
 
     The classifier's training store holds most of these paragraphs already (same text), so it is
     read first; what is left is encoded in one pass instead of three texts per pair call."""
+    from explorer.methods.drrag.pair_classifier import EMBEDDING_STORE
     from explorer.paths import cache_dir
-    from explorer.retrieval.pair_classifier import EMBEDDING_STORE
 
     encoder.load_store(cache_dir("classifier") / EMBEDDING_STORE)
     texts = [p.as_context() for p in retriever.corpus.passages] + [i.question for i in items]  # type: ignore[attr-defined]
@@ -425,7 +426,8 @@ def _retriever_line(report: Report) -> str:
     return "; ".join(parts)
 
 
-def render_markdown(report: Report) -> str:
+def _intro_lines(report: Report) -> list[str]:
+    """Title, corpus, retrievers and how to read the tables."""
     lines = ["# Retrieval metrics: BM25, SM (dense), DR-RAG (QDC, CIS, CFS) and BlendFilter", ""]
     if report.command:
         lines += [f"Made by `{report.command}` ({time.strftime('%Y-%m-%d')}).", ""]
@@ -447,88 +449,112 @@ def render_markdown(report: Report) -> str:
                   f"features (held-out pair F1 {_num(c['held_out_f1'] or math.nan, 3)}, accuracy "
                   f"{_num(c['held_out_accuracy'] or math.nan, 3)}; see classifier.md). Its features are the same "
                   "whichever retriever found the passages. *Pairs*: classifier calls per question.", ""]
+    return lines
+
+
+def _strategy_tables(report: Report) -> list[str]:
+    """DR-RAG's strategies beside the paper's table 4, and recall of what was given vs retrieved."""
     labels = _ordered_labels(report, report.rows)
     datasets = [d for d in report.order if d in report.counts]
-    if labels:
-        head = "| k | strategy | " + " | ".join(f"{report.title(d)} recall | given | paper recall | paper given"
-                                                for d in datasets) + " |"
-        lines += ["## DR-RAG retrieval strategies beside the paper's table 4", "",
-                  "The paper's columns are its Table 4 (its own corpus and retrievers; QDC, CIS and CFS there are "
-                  "built on SM). Compare rows of the same base retriever.", "", head,
-                  "|" + "---|" * (2 + 4 * len(datasets))]
-        for k in report.ks:
-            for label in labels:
-                cells = []
-                method, _, base = label.partition(":")
-                for d in datasets:
-                    row = report.rows.get((label, k, d), Row())
-                    paper = PAPER_TABLE4.get((d, k), {}).get(method) if base in ("", "dense") else None
-                    cells += [_pct(row.mean("recall")), _num(row.mean("kept")),
-                              f"{paper[0]:.2f}" if paper else "", f"{paper[1]:.2f}" if paper else ""]
-                lines.append(f"| {k} | {row_title(label)} | " + " | ".join(cells) + " |")
-        lines.append("")
-        head = "| k | strategy | " + " | ".join(f"{report.title(d)} recall (given) | given | cand. recall | cand. "
-                                                f"| pairs" for d in datasets) + " |"
-        lines += ["### Honest recall: what the model was given against everything retrieved", "", head,
-                  "|" + "---|" * (2 + 5 * len(datasets))]
-        for k in report.ks:
-            for label in labels:
-                cells = []
-                for d in datasets:
-                    row = report.rows.get((label, k, d), Row())
-                    pairs = row.mean("pairs") if label.split(":")[0] in ("cis", "cfs") else math.nan
-                    cells += [_pct(row.mean("recall")), _num(row.mean("kept")), _pct(row.mean("candidate_recall")),
-                              _num(row.mean("candidates"), 1), _num(pairs, 1)]
-                lines.append(f"| {k} | {row_title(label)} | " + " | ".join(cells) + " |")
-        lines.append("")
-    if report.heldout_rows:
-        counts = ", ".join(f"{report.title(d)} {n}" for d, n in report.heldout_counts.items())
-        held = [d for d in report.order if d in report.heldout_counts]
-        lines += ["### The same on the classifier's held-out questions only", "",
-                  "The pair classifier was trained on 80% of these same questions (split by question), so the tables "
-                  f"above flatter CIS and CFS. Here only the questions it never saw ({counts}):", "",
-                  "| k | strategy | " + " | ".join(f"{report.title(d)} recall | given" for d in held) + " |",
-                  "|" + "---|" * (2 + 2 * len(held))]
-        for k in report.ks:
-            for label in _ordered_labels(report, report.heldout_rows):
-                cells = []
-                for d in held:
-                    row = report.heldout_rows.get((label, k, d), Row())
-                    cells += [_pct(row.mean("recall")), _num(row.mean("kept"))]
-                lines.append(f"| {k} | {row_title(label)} | " + " | ".join(cells) + " |")
-        lines.append("")
-    if report.blend:
-        model = (report.model or {}).get("name", "?")
-        counts = ", ".join(f"{report.title(d)} {n}" for d, n in report.blend_counts.items())
-        lines += ["## BlendFilter: the union of the three query sets before and after the model's filter", "",
-                  f"Model: {model} (the embedded model unless stated). K = {report.blend_k} passages per query. "
-                  f"Questions: {counts} (the first of each set). Precision counts an empty selection as 0; "
-                  "S-Precision: share of questions whose kept paragraphs are exactly the gold ones.", "",
-                  "| retriever | dataset | union | recall | precision | S-Precision | given |",
-                  "|---|---|---|---|---|---|---|"]
-        for base in report.bases:
-            for d in report.order:
-                for stage in ("before", "after"):
-                    row = report.blend.get((base, stage, d))
-                    if row is None:
-                        continue
-                    label = "before filtering" if stage == "before" else "after filtering"
-                    lines.append(f"| {BASE_TITLES.get(base, base)} | {report.title(d)} | {label} | "
-                                 f"{_pct(row.mean('recall'))} | {_pct(row.mean('precision'))} | "
-                                 f"{_pct(row.mean('exact'))} | {_num(row.mean('kept'))} |")
-        lines.append("")
-        for base in report.bases:
-            after = [r for (b, stage, _), r in report.blend.items() if stage == "after" and b == base]
-            if not after:
-                continue
-            pooled = {key: statistics.fmean(v for r in after for v in r.extra.get(key, [])) for key in
-                      ("llm_calls", "retrievals", "em", "f1", "seconds")}
-            lines.append(f"- {BASE_TITLES.get(base, base)}: per question {pooled['llm_calls']:.2f} LLM calls, "
-                         f"{pooled['retrievals']:.2f} retrievals, {pooled['seconds']:.1f} s on this machine; answer "
-                         f"EM {100 * pooled['em']:.1f}, F1 {100 * pooled['f1']:.1f}.")
-        total = sum(report.statuses.values()) or 1
-        statuses = ", ".join(f"{s} {n} ({100 * n / total:.0f}%)" for s, n in report.statuses.most_common())
-        lines += [f"- Filter verdicts as read by the parser: {statuses}.", ""]
+    lines: list[str] = []
+    if not labels:
+        return lines
+    head = "| k | strategy | " + " | ".join(f"{report.title(d)} recall | given | paper recall | paper given"
+                                            for d in datasets) + " |"
+    lines += ["## DR-RAG retrieval strategies beside the paper's table 4", "",
+              "The paper's columns are its Table 4 (its own corpus and retrievers; QDC, CIS and CFS there are "
+              "built on SM). Compare rows of the same base retriever.", "", head,
+              "|" + "---|" * (2 + 4 * len(datasets))]
+    for k in report.ks:
+        for label in labels:
+            cells = []
+            method, _, base = label.partition(":")
+            for d in datasets:
+                row = report.rows.get((label, k, d), Row())
+                paper = PAPER_TABLE4.get((d, k), {}).get(method) if base in ("", "dense") else None
+                cells += [_pct(row.mean("recall")), _num(row.mean("kept")),
+                          f"{paper[0]:.2f}" if paper else "", f"{paper[1]:.2f}" if paper else ""]
+            lines.append(f"| {k} | {row_title(label)} | " + " | ".join(cells) + " |")
+    lines.append("")
+    head = "| k | strategy | " + " | ".join(f"{report.title(d)} recall (given) | given | cand. recall | cand. "
+                                            f"| pairs" for d in datasets) + " |"
+    lines += ["### Honest recall: what the model was given against everything retrieved", "", head,
+              "|" + "---|" * (2 + 5 * len(datasets))]
+    for k in report.ks:
+        for label in labels:
+            cells = []
+            for d in datasets:
+                row = report.rows.get((label, k, d), Row())
+                pairs = row.mean("pairs") if label.split(":")[0] in ("cis", "cfs") else math.nan
+                cells += [_pct(row.mean("recall")), _num(row.mean("kept")), _pct(row.mean("candidate_recall")),
+                          _num(row.mean("candidates"), 1), _num(pairs, 1)]
+            lines.append(f"| {k} | {row_title(label)} | " + " | ".join(cells) + " |")
+    lines.append("")
+    return lines
+
+
+def _heldout_table(report: Report) -> list[str]:
+    """The strategies on the questions the pair classifier never saw."""
+    held = [d for d in report.order if d in report.heldout_counts]
+    if not report.heldout_rows:
+        return []
+    counts = ", ".join(f"{report.title(d)} {n}" for d, n in report.heldout_counts.items())
+    lines = ["### The same on the classifier's held-out questions only", "",
+              "The pair classifier was trained on 80% of these same questions (split by question), so the tables "
+              f"above flatter CIS and CFS. Here only the questions it never saw ({counts}):", "",
+              "| k | strategy | " + " | ".join(f"{report.title(d)} recall | given" for d in held) + " |",
+              "|" + "---|" * (2 + 2 * len(held))]
+    for k in report.ks:
+        for label in _ordered_labels(report, report.heldout_rows):
+            cells = []
+            for d in held:
+                row = report.heldout_rows.get((label, k, d), Row())
+                cells += [_pct(row.mean("recall")), _num(row.mean("kept"))]
+            lines.append(f"| {k} | {row_title(label)} | " + " | ".join(cells) + " |")
+    lines.append("")
+    return lines
+
+
+def _blend_section(report: Report) -> list[str]:
+    """BlendFilter's union of the three query sets before and after the filter."""
+    if not report.blend:
+        return []
+    model = (report.model or {}).get("name", "?")
+    counts = ", ".join(f"{report.title(d)} {n}" for d, n in report.blend_counts.items())
+    lines = ["## BlendFilter: the union of the three query sets before and after the model's filter", "",
+              f"Model: {model} (the embedded model unless stated). K = {report.blend_k} passages per query. "
+              f"Questions: {counts} (the first of each set). Precision counts an empty selection as 0; "
+              "S-Precision: share of questions whose kept paragraphs are exactly the gold ones.", "",
+              "| retriever | dataset | union | recall | precision | S-Precision | given |",
+              "|---|---|---|---|---|---|---|"]
+    for base in report.bases:
+        for d in report.order:
+            for stage in ("before", "after"):
+                row = report.blend.get((base, stage, d))
+                if row is None:
+                    continue
+                label = "before filtering" if stage == "before" else "after filtering"
+                lines.append(f"| {BASE_TITLES.get(base, base)} | {report.title(d)} | {label} | "
+                             f"{_pct(row.mean('recall'))} | {_pct(row.mean('precision'))} | "
+                             f"{_pct(row.mean('exact'))} | {_num(row.mean('kept'))} |")
+    lines.append("")
+    for base in report.bases:
+        after = [r for (b, stage, _), r in report.blend.items() if stage == "after" and b == base]
+        if not after:
+            continue
+        pooled = {key: statistics.fmean(v for r in after for v in r.extra.get(key, [])) for key in
+                  ("llm_calls", "retrievals", "em", "f1", "seconds")}
+        lines.append(f"- {BASE_TITLES.get(base, base)}: per question {pooled['llm_calls']:.2f} LLM calls, "
+                     f"{pooled['retrievals']:.2f} retrievals, {pooled['seconds']:.1f} s on this machine; answer "
+                     f"EM {100 * pooled['em']:.1f}, F1 {100 * pooled['f1']:.1f}.")
+    total = sum(report.statuses.values()) or 1
+    statuses = ", ".join(f"{s} {n} ({100 * n / total:.0f}%)" for s, n in report.statuses.most_common())
+    lines += [f"- Filter verdicts as read by the parser: {statuses}.", ""]
+    return lines
+
+
+def render_markdown(report: Report) -> str:
+    lines = [*_intro_lines(report), *_strategy_tables(report), *_heldout_table(report), *_blend_section(report)]
     if report.skipped:
         lines += ["Not measured:", *[f"- {s}" for s in report.skipped], ""]
     timing = ", ".join(f"{m} {s:.1f} s" for m, s in report.seconds.items())

@@ -50,8 +50,9 @@ from explorer.eval.datasets import Question, resolve_sources
 from explorer.eval.execution import Executor, InProcess, Task, timestamp
 from explorer.eval.lock import EvaluationLock
 from explorer.eval.runtime_spec import runtime_spec
-from explorer.methods.base import Runtime, get_method
+from explorer.methods.base import get_method
 from explorer.methods.resolve import resolve_config
+from explorer.runtime import Runtime
 from explorer.trace import Trace
 
 if TYPE_CHECKING:

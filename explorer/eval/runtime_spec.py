@@ -10,17 +10,16 @@ and :meth:`RuntimeSpec.prepare`.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from explorer.methods.base import Runtime
+from explorer.cache import KeyedCache
+from explorer.runtime import Runtime
 
 Progress = Callable[[str], None]
 
-_lock = threading.Lock()
-_random_engines: dict[tuple, Any] = {}
+_random_engines: KeyedCache[Any] = KeyedCache("random engines")
 
 
 @dataclass(frozen=True)
@@ -74,13 +73,8 @@ class RuntimeSpec:
         from explorer.engine.generation import Engine
         from explorer.engine.random_models import load_random_model
 
-        key = (self.model, self.dtype, self.device)
-        with _lock:
-            engine = _random_engines.get(key)
-            if engine is None:
-                engine = _random_engines[key] = Engine(load_random_model(self.model, dtype=self.dtype,
-                                                                         device=self.device))
-            return engine
+        return _random_engines.get((self.model, self.dtype, self.device), lambda: Engine(
+            load_random_model(self.model, dtype=self.dtype, device=self.device)))
 
 
 def runtime_spec(settings: Any) -> RuntimeSpec:

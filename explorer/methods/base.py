@@ -11,28 +11,19 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from explorer.config import Config
 from explorer.errors import ConfigError, ExplorerError
 from explorer.methods.resolve import ResolvedConfig, resolve_config
 from explorer.retrieval.base import Retriever
+from explorer.runtime import Runtime
 from explorer.trace import Cancelled, Listener, Trace, TraceRecorder
 
 if TYPE_CHECKING:
     from explorer.journal import RunJournal
 
 METHODS: dict[str, type[Method]] = {}
-
-
-@dataclass
-class Runtime:
-    """Everything a method may use: the engine (model + signals) and the retriever."""
-
-    engine: Any
-    retriever: Retriever
-    corpus: dict[str, Any] = field(default_factory=dict)
 
 
 class Method:
@@ -44,6 +35,15 @@ class Method:
     Config: ClassVar[type[Config]]
     #: Per variant, config values that differ from the paper's because that variant's code differs.
     variant_defaults: ClassVar[dict[str, dict[str, Any]]] = {}
+
+    def __init_subclass__(cls, *, name: str | None = None, title: str | None = None,
+                          config: type[Config] | None = None, variants: tuple[str, ...] | None = None,
+                          **kwargs: Any) -> None:
+        """Let a method declare itself in its class line: ``class X(Method, name=..., title=..., config=...)``."""
+        super().__init_subclass__(**kwargs)
+        for attr, value in (("name", name), ("title", title), ("Config", config), ("variants", variants)):
+            if value is not None:
+                setattr(cls, attr, value)
 
     def __init__(self, config: Config, runtime: Runtime, variant: str) -> None:
         self.config = config

@@ -9,7 +9,6 @@ never says "So the answer is", append the phrase and let the model complete it).
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -60,11 +59,10 @@ def search(rec: TraceRecorder, retriever: Retriever, query: str, k: int, *, sour
     ``details`` are kept on the query event (QFS candidates and weights, masked tokens...).
     """
     query_event = rec.add("query", text=query, source=source, **details)
-    start = time.perf_counter()
-    hits = retriever.search(query, k) if query.strip() else []
-    elapsed = time.perf_counter() - start
+    with rec.phase("retrieval") as timer:
+        hits = retriever.search(query, k) if query.strip() else []
+    elapsed = timer.seconds
     rec.costs.retrievals += 1
-    rec.costs.wall_time["retrieval"] = rec.costs.wall_time.get("retrieval", 0.0) + elapsed
     event = rec.add("retrieval", query=query_event.id, hits=[h.to_dict() for h in hits], k=k,
                     seconds=round(elapsed, 5), retriever=getattr(retriever, "name", "retriever"))
     if not hits:

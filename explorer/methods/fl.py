@@ -17,15 +17,13 @@ from explorer.trace import TraceRecorder
 
 @dataclass
 class FlConfig(common.IterativeConfig):
+    """Retrieval every ``window`` tokens, whatever the text says."""
+
     window: int = param(32, lo=4, hi=512, help="tokens generated between retrievals (the reference's fix_length)")
 
 
 @register
-class FlRAG(Method):
-    name = "fl"
-    title = "FL-RAG (fixed-length windows)"
-    Config = FlConfig
-
+class FlRAG(Method, name="fl", title="FL-RAG (fixed-length windows)", config=FlConfig):
     def run(self, question: str, rec: TraceRecorder) -> None:
         cfg, engine = self.config, self.engine
         shots = common.shots(cfg, question)

@@ -49,11 +49,8 @@ def _words_masked(tokens: list[Any], low: list[bool]) -> tuple[str, list[str]]:
 
 
 @register
-class Flare(Method):
-    name = "flare"
-    title = "FLARE (active retrieval on low-probability tokens)"
-    variants = ("paper", "reference")
-    Config = FlareConfig
+class Flare(Method, name="flare", config=FlareConfig, variants=("paper", "reference"),
+             title="FLARE (active retrieval on low-probability tokens)"):
     variant_defaults = {"reference": {"initial_retrieval": False}}  # TokenRAG drafts before any retrieval
 
     def run(self, question: str, rec: TraceRecorder) -> None:

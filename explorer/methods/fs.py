@@ -17,19 +17,18 @@ from explorer.trace import TraceRecorder
 
 @dataclass
 class FsConfig(common.IterativeConfig):
+    """Retrieval before every sentence: one sentence is generated per round, with the passages the
+    previous sentence found."""
+
     sentence_tokens: int = param(64, lo=4, hi=512, help="most tokens one sentence may take")
 
 
 @register
-class FsRAG(Method):
-    name = "fs"
-    title = "FS-RAG (every sentence)"
-    Config = FsConfig
-
+class FsRAG(Method, name="fs", title="FS-RAG (every sentence)", config=FsConfig):
     def run(self, question: str, rec: TraceRecorder) -> None:
         cfg, engine = self.config, self.engine
-        shots = common.shots(cfg, question)
         hits, retrieval = common.initial_search(rec, self.retriever, question, cfg)
+        shots = common.shots(cfg, question)
         text = ""
         for budget in common.budgeted_rounds(rec, engine, cfg, lambda: text):  # noqa: B023 (read each round)
             segments = prompts.build_prompt(question, shots=shots, hits=hits, answer_so_far=text)

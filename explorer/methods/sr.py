@@ -15,11 +15,7 @@ class SrConfig(common.RetrievalConfig):
 
 
 @register
-class SrRAG(Method):
-    name = "sr"
-    title = "SR-RAG (single retrieval)"
-    Config = SrConfig
-
+class SrRAG(Method, name="sr", title="SR-RAG (single retrieval)", config=SrConfig):
     def run(self, question: str, rec: TraceRecorder) -> None:
         cfg = self.config
         hits, retrieval = common.search(rec, self.retriever, question, cfg.top_k, source="question")

@@ -11,17 +11,13 @@ from explorer.trace import TraceRecorder
 
 @dataclass
 class WoConfig(common.BaseConfig):
-    """Only the generation settings: nothing is retrieved."""
+    """Only the generation settings: nothing is retrieved, so the answer shows what the model
+    knows on its own."""
 
 
 @register
-class WoRAG(Method):
-    name = "wo"
-    title = "wo-RAG (no retrieval)"
-    Config = WoConfig
-
+class WoRAG(Method, name="wo", title="wo-RAG (no retrieval)", config=WoConfig):
     def run(self, question: str, rec: TraceRecorder) -> None:
-        cfg = self.config
-        segments = prompts.build_prompt(question, shots=common.shots(cfg, question))
-        gen = common.generate(self.engine, rec, segments, max_new_tokens=cfg.max_length, purpose="answer")
-        common.finish(self.engine, rec, cfg, question, gen.text)
+        segments = prompts.build_prompt(question, shots=common.shots(self.config, question))
+        gen = common.generate(self.engine, rec, segments, max_new_tokens=self.config.max_length, purpose="answer")
+        common.finish(self.engine, rec, self.config, question, gen.text)

@@ -6,8 +6,9 @@ Wikipedia text, which is what makes retrieval decisions in the explorer mean som
 
 Paragraphs are deduplicated by (title, text), cut into passages of at most 100 words and given
 content ids (:func:`explorer.retrieval.splitter.paragraph_passage_ids`), so that the question loaders
-in :mod:`explorer.eval.datasets` compute the same gold ids on their own. The gold mapping written
-beside the corpus is produced *by those loaders*, and every id in it is checked to be in the corpus.
+in :mod:`explorer.eval.datasets` compute the same gold ids on their own. The gold mapping beside
+the corpus is written by the evaluation side (:mod:`explorer.eval.benchmark_gold`), *by those
+loaders*, and every id in it is checked to be in the corpus; retrieval never reads question sets.
 
 Files (under the cache, ``benchmark/``): ``corpus.jsonl`` ({id, title, text} per line),
 ``gold.json`` ({dataset: {file, questions: {question id: [passage ids]}}}) and ``manifest.json``.
@@ -25,7 +26,7 @@ from pathlib import Path
 
 from explorer.errors import CorpusError
 from explorer.paths import cache_dir, shared_data_dir
-from explorer.retrieval.corpora import Corpus, collect_documents, corpus_from_documents
+from explorer.retrieval.corpora import Corpus, PooledFiles, collect_documents, corpus_from_documents
 from explorer.retrieval.formats import open_documents
 from explorer.retrieval.splitter import Document, paragraph_document
 
@@ -40,30 +41,9 @@ SOURCES: tuple[tuple[str, str, str], ...] = (
     ("nq", "nq/nq_open_dev_oracle_2655.jsonl.gz", "nq"),
     ("wikipedia", "wikipedia/dpr_sample_1000.jsonl", "passages"),
 )
-# (dataset name for load_dataset, file whose questions have gold paragraphs)
-GOLD_SOURCES: tuple[tuple[str, str], ...] = (
-    ("hotpotqa", "hotpotqa/dev_distractor_100.json"),
-    ("musique", "musique/dev_100.json"),
-    ("nq", "nq/nq_open_dev_oracle_2655.jsonl.gz"),
-    ("2wiki", "2wikimultihopqa/dev_2_with_context.json"),
-)
-
-
 @dataclass(frozen=True)
-class BenchmarkFiles:
+class BenchmarkFiles(PooledFiles):
     folder: Path
-
-    @property
-    def corpus_path(self) -> Path:
-        return self.folder / "corpus.jsonl"
-
-    @property
-    def gold_path(self) -> Path:
-        return self.folder / "gold.json"
-
-    @property
-    def manifest_path(self) -> Path:
-        return self.folder / "manifest.json"
 
     def manifest(self) -> dict | None:
         try:
@@ -73,8 +53,7 @@ class BenchmarkFiles:
 
     def complete(self) -> bool:
         manifest = self.manifest()
-        return (manifest is not None and manifest.get("version") == BUILDER_VERSION
-                and self.corpus_path.is_file() and self.gold_path.is_file())
+        return manifest is not None and manifest.get("version") == BUILDER_VERSION and self.corpus_path.is_file()
 
 
 def benchmark_files() -> BenchmarkFiles:
@@ -117,25 +96,14 @@ def pooled_documents(data_dir: Path, *, show_progress: bool = False,
             yield paragraph_document(doc.title, doc.text, doc.where)
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
 
 
-def gold_mapping(data_dir: Path) -> dict[str, dict]:
-    """Gold passage ids per question, computed by the question loaders themselves."""
-    from explorer.eval.datasets import load_dataset
-
-    out: dict[str, dict] = {}
-    for name, rel in GOLD_SOURCES:
-        questions = load_dataset(name, path=data_dir / rel)
-        out[name] = {"file": rel, "questions": {q.id: q.gold_passages for q in questions if q.gold_passages}}
-    return out
-
-
 def build_benchmark_corpus(data_dir: Path | None = None, *, progress: Progress | None = None) -> BenchmarkFiles:
-    """Pool, deduplicate, split and write the corpus and its gold mapping (always rebuilds)."""
+    """Pool, deduplicate, split and write the corpus (always rebuilds; the gold mapping is rebuilt on next use)."""
     data = Path(data_dir) if data_dir else shared_data_dir()
     if not data.is_dir():
         raise _missing_data(data)
@@ -145,22 +113,15 @@ def build_benchmark_corpus(data_dir: Path | None = None, *, progress: Progress |
         progress(f"building the benchmark corpus from {data}")
     docs = collect_documents(pooled_documents(data, show_progress=progress is not None))
     corpus = corpus_from_documents("benchmark", docs, source=files.corpus_path, fmt="passages")
-    gold = gold_mapping(data)
-    missing = [(name, qid, pid) for name, entry in gold.items() for qid, ids in entry["questions"].items()
-               for pid in ids if corpus.passage(pid) is None]
-    if missing:
-        raise CorpusError(f"{len(missing)} gold passage ids are not in the pooled corpus, e.g. {missing[0]}",
-                          where=str(data), fix="the benchmark files do not match each other; restore them")
     lines = "".join(json.dumps({"id": p.id, "title": p.title, "text": p.text}, ensure_ascii=False) + "\n"
                     for p in corpus.passages)
-    _write_atomic(files.corpus_path, lines)
-    _write_atomic(files.gold_path, json.dumps(gold, ensure_ascii=False, indent=1))
+    write_atomic(files.corpus_path, lines)
+    files.gold_path.unlink(missing_ok=True)  # gold ids of an older pool; explorer.eval.benchmark_gold rewrites them
     manifest = {"version": BUILDER_VERSION, "data_dir": str(data), "documents": corpus.documents,
                 "passages": len(corpus), "fingerprint": corpus.fingerprint,
-                "sources": [rel for _, rel, _ in SOURCES], "gold_questions": {k: len(v["questions"])
-                                                                               for k, v in gold.items()},
+                "sources": [rel for _, rel, _ in SOURCES],
                 "built": time.strftime("%Y-%m-%dT%H:%M:%S"), "seconds": round(time.perf_counter() - started, 2)}
-    _write_atomic(files.manifest_path, json.dumps(manifest, indent=1))  # written last: marks the set complete
+    write_atomic(files.manifest_path, json.dumps(manifest, indent=1))  # written last: marks the set complete
     if progress:
         progress(f"benchmark corpus: {corpus.documents:,} paragraphs -> {len(corpus):,} passages "
                  f"({files.corpus_path})")
@@ -184,13 +145,6 @@ def _stderr(message: str) -> None:
     import sys
 
     print(message, file=sys.stderr, flush=True)
-
-
-def load_benchmark_gold() -> dict[str, dict[str, list[str]]]:
-    """{dataset: {question id: gold passage ids}} of the built benchmark corpus."""
-    files = ensure_benchmark_corpus()
-    data = json.loads(files.gold_path.read_text(encoding="utf-8"))
-    return {name: entry["questions"] for name, entry in data.items()}
 
 
 def benchmark_corpus(progress: Progress | None = None) -> Corpus:

@@ -134,3 +134,21 @@ def load_corpus(path_or_name: str | Path, fmt: str | None = None, *, max_words: 
     detected, docs = open_documents(path, fmt)
     documents = collect_documents(docs, show_progress=show_progress, desc=f"reading {path.name}")
     return corpus_from_documents(name, documents, source=path, fmt=detected, max_words=max_words)
+
+
+class PooledFiles:
+    """The files of a pooled corpus folder (``self.folder``): the corpus, its gold ids, its manifest."""
+
+    folder: Path
+
+    @property
+    def corpus_path(self) -> Path:
+        return self.folder / "corpus.jsonl"
+
+    @property
+    def gold_path(self) -> Path:
+        return self.folder / "gold.json"
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.folder / "manifest.json"

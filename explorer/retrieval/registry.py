@@ -20,11 +20,11 @@ before the path fallback; nothing else in the project would change.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from explorer.cache import KeyedCache
 from explorer.errors import CorpusError
 from explorer.retrieval.base import Retriever
 from explorer.retrieval.bm25 import BM25Params, BM25Retriever
@@ -35,8 +35,7 @@ from explorer.retrieval.tokenizer import TokenizerSettings
 
 Progress = Callable[[str], None]
 
-_lock = threading.Lock()
-_open: dict[tuple, tuple[tuple, Any]] = {}
+_indexes: KeyedCache[Any] = KeyedCache("retrievers")
 
 
 def _stamp(path: Path) -> tuple:
@@ -86,19 +85,18 @@ def open_retriever(spec: str = "demo", *, progress: Progress | None = None, fmt:
     choice = retriever_config(kind, embedder, options)  # a bad choice fails before any loading
     settings = settings or TokenizerSettings()
     params = params or BM25Params()
-    with _lock:  # one load per corpus even when several app threads ask at once
+    with _indexes.lock:  # one load per corpus even when several app threads ask at once
         key_name, path = _source_of(spec, progress)
         key = (key_name, fmt, settings, params)
         stamp = _stamp(path) if path else ()
-        cached = _open.get(key)
-        if cached is not None and cached[0] == stamp:
-            bm25 = cached[1]
-        else:
+
+        def build() -> BM25Retriever:
             if progress:
                 progress(f"reading corpus '{spec}'")
             corpus = load_corpus(spec if spec in NAMED_CORPORA else path, fmt, show_progress=progress is not None)
-            bm25 = BM25Retriever(corpus, settings=settings, params=params, progress=progress)
-            _open[key] = (stamp, bm25)
+            return BM25Retriever(corpus, settings=settings, params=params, progress=progress)
+
+        bm25 = _indexes.get(key, build, stamp=stamp)
         if choice.kind == "bm25":
             return bm25
         return _dense_or_hybrid(key, stamp, bm25, choice, progress)
@@ -112,31 +110,26 @@ def _dense_or_hybrid(key: tuple, stamp: tuple, bm25: BM25Retriever, choice: Retr
 
     _, model_path = resolve_embedder(choice.embedder)
     dense_key = (*key, "dense", str(model_path), choice.dense_params())
-    cached = _open.get(dense_key)
-    if cached is not None and cached[0] == stamp and cached[1].corpus is bm25.corpus:
-        dense = cached[1]
-    else:
+
+    def build() -> DenseRetriever:
         if progress:
             progress(f"loading the sentence encoder {choice.embedder}")
-        dense = DenseRetriever(bm25.corpus, get_encoder(choice.embedder), params=choice.dense_params(),
-                               progress=progress)
-        _open[dense_key] = (stamp, dense)
+        return DenseRetriever(bm25.corpus, get_encoder(choice.embedder), params=choice.dense_params(),
+                              progress=progress)
+
+    dense = _indexes.get(dense_key, build, stamp=stamp, valid=lambda d: d.corpus is bm25.corpus)
     if choice.kind == "dense":
         return dense
     from explorer.retrieval.hybrid import HybridRetriever
 
     fusion = (choice.rrf_k, choice.bm25_weight, choice.dense_weight, choice.depth)
     hybrid_key = (*dense_key, "hybrid", fusion)
-    cached = _open.get(hybrid_key)
-    if cached is not None and cached[0] == stamp and cached[1].dense is dense and cached[1].bm25 is bm25:
-        return cached[1]
-    hybrid = HybridRetriever(bm25, dense, rrf_k=choice.rrf_k, bm25_weight=choice.bm25_weight,
-                             dense_weight=choice.dense_weight, depth=choice.depth)
-    _open[hybrid_key] = (stamp, hybrid)
-    return hybrid
+    return _indexes.get(hybrid_key, lambda: HybridRetriever(bm25, dense, rrf_k=choice.rrf_k,
+                                                            bm25_weight=choice.bm25_weight,
+                                                            dense_weight=choice.dense_weight, depth=choice.depth),
+                        stamp=stamp, valid=lambda h: h.dense is dense and h.bm25 is bm25)
 
 
 def clear_cache() -> None:
     """Forget every opened retriever (tests; a long-running app after corpora were edited)."""
-    with _lock:
-        _open.clear()
+    _indexes.clear()

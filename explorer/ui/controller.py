@@ -23,7 +23,8 @@ from typing import Any
 
 from explorer.errors import ExplorerError, hide_paths, public_message
 from explorer.journal import RunJournal
-from explorer.methods.base import Runtime, run_question
+from explorer.methods.base import run_question
+from explorer.runtime import Runtime
 from explorer.store import RunStore
 from explorer.trace import Event, Trace
 from explorer.ui.controls import RunSpec
@@ -145,6 +146,12 @@ class _Live:
     tokens: list[dict[str, Any]] = field(default_factory=list)
     purpose: str = ""
     streamed: bool = False
+
+    def amend(self, event_id: int, fields: dict[str, Any]) -> None:
+        """Apply a recorder amendment to the streamed copy of an event."""
+        for event in self.events:
+            if event.id == event_id:
+                event.payload.update(fields)
 
 
 def status_html(text: str, *, error: bool = False) -> str:
@@ -273,6 +280,9 @@ class RunController:
                 if event.kind == "generation":
                     live.tokens = []
                 urgent = event.kind in ("generation", "retrieval", "trigger")
+                dirty = True
+            elif kind == "amend" and live is not None:
+                live.amend(data["id"], data["fields"])
                 dirty = True
             elif kind == "done":
                 finished.append(self.store.get(data))

@@ -12,17 +12,23 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from explorer.engine.token_signals import registry
 from explorer.trace import Event, Trace
 from explorer.ui.html import PALETTE
 
-#: Signals a token strip can be coloured by: key -> (label, how to read the colour).
-SIGNALS: dict[str, tuple[str, str]] = {
-    "prob": ("probability", "darker = less probable (1 − p)"),
-    "entropy": ("entropy", "darker = higher entropy of the next-token distribution"),
-    "amax": ("amax", "darker = more attention from later tokens"),
-    "rind": ("RIND", "darker = higher entropy × amax × content"),
-    "u": ("SEAKR's U per step", "darker = higher uncertainty U of the step"),
-}
+#: The per-step signal a strip can show besides the registered per-token ones.
+STEP_SIGNALS: dict[str, tuple[str, str]] = {"u": ("SEAKR's U per step", "darker = higher uncertainty U of the step")}
+
+
+def strip_signals() -> dict[str, tuple[str, str]]:
+    """Signals a token strip can be coloured by: id -> (label, how to read the colour), from the registry."""
+    return {**{s.id: (s.title, s.legend) for s in registry().values() if s.shown}, **STEP_SIGNALS}
+
+
+def token_signal_value(token: dict[str, Any], signal: str) -> Any:
+    """A recorded signal of a token dict (version-2 layout, or a streamed or older flat one)."""
+    signals = token.get("signals")
+    return signals.get(signal) if isinstance(signals, dict) else token.get(signal)
 
 
 @dataclass
@@ -146,13 +152,14 @@ class TraceView:
         """The value a strip is coloured by; only recorded numbers, never recomputed."""
         if signal == "u":
             return span.u
-        value = token.get(signal)
+        value = token_signal_value(token, signal)
         return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
     def available_signals(self) -> list[str]:
-        out = ["prob", "entropy"]
+        """The registered strip signals some token of the main spans carries (probability first)."""
         tokens = [t for s in self.main_spans for t in s.tokens]
-        out += [k for k in ("amax", "rind") if any(t.get(k) is not None for t in tokens)]
+        out = [sid for sid in strip_signals() if sid not in STEP_SIGNALS
+               and (sid == "prob" or any(token_signal_value(t, sid) is not None for t in tokens))]
         if any(s.u is not None for s in self.spans):
             out.append("u")
         return out

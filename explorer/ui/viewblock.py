@@ -17,7 +17,7 @@ from explorer.trace import Trace
 from explorer.ui.history import TraceCache
 from explorer.ui.panels.costs import run_labels
 from explorer.ui.render import decision_signal, page, recorded_threshold, render_comparison, render_runs
-from explorer.ui.view import SIGNALS
+from explorer.ui.view import strip_signals
 
 JS_ON_LOAD = "const draw = () => window.DRE && window.DRE.render(element); watch('value', draw); draw();"
 
@@ -112,7 +112,7 @@ def build(prefix: str, cache: TraceCache, head: str, intro: str, *, shown: Shown
     first_state = shown.to_state() if start and shown else {"ids": [], "compare": False}
     first_choices = whatif_choices(start)
     with gr.Row(equal_height=True):
-        signal = gr.Dropdown([(label, key) for key, (label, _) in SIGNALS.items()], value="prob",
+        signal = gr.Dropdown([(label, key) for key, (label, _) in strip_signals().items()], value="prob",
                              label="Colour tokens by", elem_id=f"{prefix}-signal", scale=1, min_width=160)
         run = gr.Dropdown(first_choices, value=None, label="What-if on run", elem_id=f"{prefix}-whatif-run",
                           scale=2, interactive=bool(first_choices),

@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 
 from explorer import whatif
 from explorer.ui.html import esc, figure, fmt, plot, plot_text, section
-from explorer.ui.view import SIGNALS, TraceView, ViewOptions
+from explorer.ui.view import TraceView, ViewOptions, strip_signals
 
 FIRED, WHATIF, ELIGIBLE, OTHER = "#dc2626", "#f59e0b", "#2563eb", "#cbd5e1"
 
@@ -101,7 +101,7 @@ def _token_chart(view: TraceView, signal: str) -> str:
     fig = figure([go.Scatter(x=xs, y=ys, mode="lines+markers", marker={"size": 4, "color": ELIGIBLE},
                              line={"width": 1, "color": ELIGIBLE}, hovertext=hover, hoverinfo="text")],
                  xaxis={"title": {"text": "generated token", "font": {"size": 10}}},
-                 yaxis={"title": {"text": plot_text(SIGNALS[signal][0]), "font": {"size": 10}}})
+                 yaxis={"title": {"text": plot_text(strip_signals()[signal][0]), "font": {"size": 10}}})
     return plot(fig, height=200, name="signal")
 
 
@@ -127,7 +127,8 @@ def render(view: TraceView, opts: ViewOptions, decisions: list[whatif.Decision],
         chosen = opts.signal if opts.signal in view.available_signals() else "prob"
         if not view.main_spans:
             return ""
-        return section(f"Signal per token: {esc(SIGNALS[chosen][0])}", _token_chart(view, chosen), panel="signal",
+        title = strip_signals()[chosen][0]
+        return section(f"Signal per token: {esc(title)}", _token_chart(view, chosen), panel="signal",
                        note="This method records no threshold decision; the chart shows the strip's signal.")
     checks = _checks(view, signal)
     first = checks[0].payload

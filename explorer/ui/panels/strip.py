@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from explorer import whatif
+from explorer.engine.token_signals import registry
 from explorer.ui.html import esc, fmt, heat, section
-from explorer.ui.view import SIGNALS, Span, TraceView, ViewOptions
+from explorer.ui.view import Span, TraceView, ViewOptions, strip_signals
 
 
 def _scale(view: TraceView, signal: str) -> tuple[float, float]:
@@ -25,7 +26,8 @@ def _scale(view: TraceView, signal: str) -> tuple[float, float]:
 def _intensity(value: float | None, signal: str, lo: float, hi: float) -> float | None:
     if value is None:
         return None
-    if signal == "prob":
+    spec = registry().get(signal)
+    if spec is not None and spec.inverse:
         return 1.0 - value
     if signal == "u":
         return 0.5 if hi == lo else (value - lo) / (hi - lo)
@@ -33,11 +35,12 @@ def _intensity(value: float | None, signal: str, lo: float, hi: float) -> float 
 
 
 def _title(i: int, token: dict[str, Any], span: Span) -> str:
+    recorded = token.get("signals") if isinstance(token.get("signals"), dict) else token
+    shown = [s for s in registry().values() if s.shown and s.id in recorded]
     lines = [f"#{i} {token.get('text', '')!r}",
-             " · ".join(f"{name} = {fmt(token.get(key))}" for name, key in
-                        (("p", "prob"), ("H", "entropy"), ("amax", "amax"), ("RIND", "rind")) if key in token)]
-    if token.get("content") is False:
-        lines.append("stopword / punctuation: not eligible for RIND")
+             " · ".join(f"{s.short or s.title} = {fmt(recorded.get(s.id))}" for s in shown)]
+    # A flag signal that is off says why (DRAGIN's content mask: "not eligible for RIND").
+    lines += [s.legend for s in registry().values() if not s.shown and recorded.get(s.id) is False]
     if span.u is not None:
         lines.append(f"U (step {span.step}) = {fmt(span.u)}")
     top = token.get("top") or []
@@ -185,7 +188,7 @@ def render(view: TraceView, opts: ViewOptions, decisions: list[whatif.Decision] 
     if sampled:
         body += (f'<p class="dre-note">{len(sampled)} sampled continuation(s) are not in the strip; '
                  'see the uncertainty panel.</p>')
-    label, how = SIGNALS[signal]
+    label, how = strip_signals()[signal]
     legend = (f'<div class="dre-legend"><span>coloured by <b>{esc(label)}</b>: {esc(how)}</span>'
               '<span class="dre-key"><span class="dre-k fired">⚑ fired retrieval</span>'
               '<span class="dre-k cut">cut away</span>'

@@ -23,17 +23,18 @@ as the numbered context block ("Answer in the same format as before."). Variants
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass
 from typing import Any
 
 from explorer.config import param
-from explorer.engine.generation import Generation, Sampling
-from explorer.engine.hidden import SITES, HiddenSpec
-from explorer.engine.uncertainty import ESTIMATORS, Measurement, measure
-from explorer.methods import common, prompts, seakr_answer
+from explorer.engine.generation import Generation
+from explorer.engine.hidden import SITES
+from explorer.engine.uncertainty import ESTIMATORS, Measurement
+from explorer.methods import common, prompts
 from explorer.methods.base import Method, register
-from explorer.methods.seakr_query import build_query
+from explorer.methods.seakr.answer import conclude
+from explorer.methods.seakr.contexts import context, measure_context
+from explorer.methods.seakr.query import build_query
 from explorer.retrieval.base import Hit
 from explorer.trace import TraceRecorder
 
@@ -71,12 +72,8 @@ class SeakrConfig(common.BaseConfig):
 
 
 @register
-class Seakr(Method):
-    name = "seakr"
-    title = "SEAKR (self-aware retrieval from hidden-state consistency)"
-    variants = ("paper", "reference")
-    Config = SeakrConfig
-
+class Seakr(Method, name="seakr", config=SeakrConfig, variants=("paper", "reference"),
+            title="SEAKR (self-aware retrieval from hidden-state consistency)"):
     def run(self, question: str, rec: TraceRecorder) -> None:
         cfg = self.config
         shots = common.shots(cfg, question)
@@ -85,7 +82,7 @@ class Seakr(Method):
         searched: set[str] = set()
         for step in range(cfg.max_steps):
             rec.step = step
-            m = self.uncertainty(rec, self.context(question, shots, rationales, self.evidence(knowledge)),
+            m = self.uncertainty(rec, context(question, shots, rationales, self.evidence(knowledge)),
                                  purpose="pseudo", context="step", max_new_tokens=cfg.step_tokens, stops=STEP_STOPS,
                                  sentence_end=True)
             gen = m.greedy
@@ -104,36 +101,15 @@ class Seakr(Method):
             rationales.append(rationale)
             if prompts.has_answer(rationale) or len(knowledge) >= cfg.max_docs:
                 break
-        seakr_answer.conclude(self, rec, question, shots, rationales, knowledge)
+        conclude(self.engine, cfg, rec, question, shots, rationales, knowledge)
 
-    # -- shared pieces (also used by seakr_answer) ------------------------------------------------
     def evidence(self, knowledge: list[Hit]) -> list[Hit]:
         """Passages every step context carries: none in the paper's template, all kept ones in the reference."""
         return list(knowledge) if self.variant == "reference" else []
 
-    @staticmethod
-    def context(question: str, shots: str, rationales: list[str], hits: list[Hit],
-                tail: str = "") -> prompts.Segments:
-        """Exemplars, the passages as knowledge evidence, the question, the rationales so far (and ``tail``)."""
-        so_far = prompts.join_text(*rationales, tail)
-        return prompts.build_prompt(question, shots=shots, hits=hits, answer_so_far=so_far)
-
-    def uncertainty(self, rec: TraceRecorder, segments: prompts.Segments, *, purpose: str, context: str,
-                    max_new_tokens: int, stops: tuple[str, ...], sentence_end: bool,
-                    meta: dict[str, Any] | None = None) -> Measurement:
-        """U(c) of one context with the configured sampler, layer and estimators (seeded by the context)."""
-        cfg = self.config
-        text = "".join(t for _, t in segments)
-        seed = (cfg.seed * 1_000_033 + zlib.crc32(text.encode("utf-8"))) % (2**31)
-        others = [e for e in ESTIMATORS if e != "prompting"] if cfg.compare_estimators else []
-        if cfg.self_check:
-            others.append("prompting")
-        sampling = Sampling(temperature=cfg.temperature, top_k=cfg.sample_top_k or None,
-                            top_p=cfg.sample_top_p if cfg.sample_top_p < 1.0 else None, seed=seed)
-        return measure(self.engine, segments, k=cfg.k, max_new_tokens=max_new_tokens, sampling=sampling,
-                       hidden=HiddenSpec(cfg.layer, cfg.site), alpha=cfg.alpha, primary=cfg.estimator,
-                       estimators=others, stop_strings=stops, sentence_end=sentence_end, rec=rec, purpose=purpose,
-                       context=context, meta=meta)
+    def uncertainty(self, rec: TraceRecorder, segments: prompts.Segments, **kwargs: Any) -> Measurement:
+        """U(c) of one context with this run's configured sampler, layer and estimators."""
+        return measure_context(self.engine, self.config, rec, segments, **kwargs)
 
     # -- self-aware retrieval and re-ranking --------------------------------------------------------
     def _check(self, rec: TraceRecorder, m: Measurement) -> bool:
@@ -168,7 +144,7 @@ class Seakr(Method):
             return None
         tried: list[tuple[Hit, Measurement]] = []
         for hit in fresh:
-            segments = self.context(question, shots, rationales, [*self.evidence(knowledge), hit])
+            segments = context(question, shots, rationales, [*self.evidence(knowledge), hit])
             tried.append((hit, self.uncertainty(rec, segments, purpose="rerank", context="rerank",
                                                 max_new_tokens=cfg.step_tokens, stops=STEP_STOPS, sentence_end=True,
                                                 meta={"passage": hit.passage.id, "retrieval": retrieval})))

@@ -5,7 +5,7 @@
    *internal* augmentation (the model writes what it knows about q without passages, and that
    text + q is the query). Each query retrieves K passages (K = 5 in the paper).
 2. Knowledge filtering. For each of the three sets separately the model is asked which numbered
-   passages help answer q; its verdict is read by :mod:`explorer.methods.filter_parse`. An answer
+   passages help answer q; its verdict is read by :mod:`explorer.methods.blendfilter.filter_parse`. An answer
    that cannot be read keeps nothing of that set (and the trace says so).
 3. The union of the filtered sets (filter first, then union, as the paper argues) is the context
    of the final chain-of-thought answer.
@@ -28,9 +28,15 @@ from explorer.config import param
 from explorer.errors import ConfigError
 from explorer.methods import common, prompts
 from explorer.methods.base import Method, register
-from explorer.methods.filter_parse import parse_filter_answer
+from explorer.methods.blendfilter.filter_parse import parse_filter_answer
 from explorer.retrieval.base import Hit
-from explorer.trace import TraceRecorder
+from explorer.trace import TraceRecorder, register_event_kind
+
+register_event_kind(
+    "filter", ("passage_ids", "kept", "dropped", "raw_answer", "status"),
+    "a model-as-filter verdict over a passage set: the set's passage_ids in prompt order, the kept and dropped "
+    "ids, the model's raw_answer and how it was read: status (parsed, none, all, out_of_range, unparseable, "
+    "skipped), numbers (1-based, in range), ignored (named but out of range), how; also set, retrieval, generation")
 
 SETS = ("original", "external", "internal")
 
@@ -108,11 +114,8 @@ def blend(text: str, question: str) -> str:
 
 
 @register
-class BlendFilter(Method):
-    name = "blendfilter"
-    title = "BlendFilter (query blending + knowledge filtering)"
-    Config = BlendFilterConfig
-
+class BlendFilter(Method, name="blendfilter", config=BlendFilterConfig,
+                  title="BlendFilter (query blending + knowledge filtering)"):
     def run(self, question: str, rec: TraceRecorder) -> None:
         cfg = self.config
         sets: dict[str, tuple[list[Hit], int]] = {}
@@ -161,7 +164,7 @@ class BlendFilter(Method):
     @staticmethod
     def _tag_retrieval(rec: TraceRecorder, retrieval: int, name: str) -> None:
         """Mark which passage set a retrieval produced (common.search knows nothing of sets)."""
-        rec.trace.events[retrieval].payload["set"] = name
+        rec.amend(retrieval, set=name)
 
     def _augmented_search(self, rec: TraceRecorder, question: str, text: str, generation: int | None,
                           name: str) -> tuple[list[Hit], int]:

@@ -10,15 +10,18 @@ one without a score loses to one with a score.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from explorer.engine.language import get_language
 from explorer.methods import prompts
+from explorer.methods.seakr.contexts import context, measure_context
 from explorer.retrieval.base import Hit
-from explorer.trace import TraceRecorder
+from explorer.trace import TraceRecorder, register_event_kind
 
-if TYPE_CHECKING:
-    from explorer.methods.seakr import Seakr
+register_event_kind(
+    "choice", ("options", "chosen", "reason"),
+    "a choice between alternative outputs (the answer from the rationales vs from the passages): options (each "
+    "with strategy, answer, value), chosen (a strategy), reason")
 
 ANSWER_STOPS = ("\n", *prompts.STOP_STRINGS)
 
@@ -38,21 +41,20 @@ def _usable(answer: str | None) -> bool:
     return bool(answer) and "unknown" not in answer.lower()
 
 
-def conclude(method: Seakr, rec: TraceRecorder, question: str, shots: str, rationales: list[str],
+def conclude(engine: Any, cfg: Any, rec: TraceRecorder, question: str, shots: str, rationales: list[str],
              knowledge: list[Hit]) -> None:
-    """Answer both ways, record the choice, and set the trace's output and answer."""
-    cfg, engine = method.config, method.engine
+    """Answer both ways, record the choice, and set the trace's output and answer (``cfg``: SEAKR's config)."""
     rec.step += 1
     # (a) from the rationales
     body = without_answer(rationales)
     lead = prompts.join_text(*body, prompts.ANSWER_PHRASE)
-    ma = method.uncertainty(rec, method.context(question, shots, body, [], prompts.ANSWER_PHRASE),
+    ma = measure_context(engine, cfg, rec, context(question, shots, body, [], prompts.ANSWER_PHRASE),
                             purpose="answer-rationales", context="answer-rationales",
                             max_new_tokens=cfg.answer_tokens, stops=ANSWER_STOPS, sentence_end=True)
     text_a = lead + ma.greedy.text.rstrip()
     # (b) from the kept passages, with chain-of-thought
     segments = prompts.build_prompt(question, shots=shots, hits=knowledge)
-    mb = method.uncertainty(rec, segments, purpose="answer-knowledge", context="answer-knowledge",
+    mb = measure_context(engine, cfg, rec, segments, purpose="answer-knowledge", context="answer-knowledge",
                             max_new_tokens=cfg.max_length, stops=prompts.STOP_STRINGS, sentence_end=False,
                             meta={"passages": [h.passage.id for h in knowledge]})
     text_b, completed = mb.greedy.text.strip(), False

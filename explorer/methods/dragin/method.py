@@ -29,9 +29,10 @@ from explorer.config import param
 from explorer.engine.generation import Generation
 from explorer.engine.language import get_language
 from explorer.engine.signals import Word, aggregate, merge_words
-from explorer.methods import common, prompts, qfs
+from explorer.methods import common, prompts
 from explorer.methods import reference_rules as rules
 from explorer.methods.base import Method, register
+from explorer.methods.dragin import qfs
 from explorer.retrieval.base import Hit
 from explorer.trace import TraceRecorder
 
@@ -69,12 +70,7 @@ def reference_word_scores(token_texts: list[str], special: list[bool], entropies
 
 
 @register
-class Dragin(Method):
-    name = "dragin"
-    title = "DRAGIN (RIND + QFS)"
-    variants = ("paper", "reference")
-    Config = DraginConfig
-
+class Dragin(Method, name="dragin", title="DRAGIN (RIND + QFS)", config=DraginConfig, variants=("paper", "reference")):
     def run(self, question: str, rec: TraceRecorder) -> None:
         if self.variant == "paper":
             text, hits = self._run_paper(question, rec)
@@ -106,7 +102,7 @@ class Dragin(Method):
                     threshold=cfg.threshold, token=token.text, entropy=token.entropy, amax=token.amax)
             kept = common.cut(rec, gen, fired, reason="truncated before the token that fired retrieval")
             text = prompts.join_text(text, kept) if kept.strip() else text
-            result = qfs.paper_query(gen, fired, cfg.top_n, skip_stopwords=cfg.skip_stopwords)
+            result = qfs.paper_query(self.engine, gen, fired, cfg.top_n, skip_stopwords=cfg.skip_stopwords)
             hits, retrieval = common.search(rec, self.retriever, result.query, cfg.top_k, source="qfs",
                                             trigger_token=token.text, **result.details())
         return text, hits

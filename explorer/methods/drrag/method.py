@@ -9,7 +9,7 @@
    ``cis`` takes the QDC passages and drops those whose every pair the classifier rejects.
 4. One generation answers from the chosen passages.
 
-The classifier is :class:`~explorer.retrieval.pair_classifier.PairClassifier`: the one shipped
+The classifier is :class:`~explorer.methods.drrag.pair_classifier.PairClassifier`: the one shipped
 with the explorer (``explorer/data/pair_classifier``), or one retrained by ``python -m explorer
 train-classifier`` into the cache (which then takes precedence), or a folder named in
 ``classifier_path``. The ``selection`` event says which judge decided (``judge``) and, for the
@@ -26,19 +26,24 @@ Trace: stage-1 ``query``/``retrieval`` (``stage: 1``); per stage-1 passage a ``q
 
 from __future__ import annotations
 
-import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from explorer.cache import KeyedCache
 from explorer.config import param
 from explorer.errors import ConfigError, ModelError
 from explorer.methods import common, prompts
 from explorer.methods.base import Method, register
-from explorer.methods.drrag_select import CIS_FALLBACKS, Scorer, Selection, cfs_select, cis_select, qdc_select
+from explorer.methods.drrag.selection import CIS_FALLBACKS, Scorer, Selection, cfs_select, cis_select, qdc_select
 from explorer.retrieval.base import Hit, Passage
-from explorer.trace import TraceRecorder
+from explorer.trace import TraceRecorder, register_event_kind
+
+register_event_kind(
+    "classifier", ("pair", "probability", "accepted", "judge"),
+    "a relevance-classifier call: pair [id_a, id_b] (for CFS the stage-1 passage first), probability, accepted "
+    "(probability >= threshold) and judge: 'classifier' (the trained pair classifier) or 'llm' (the model asked; "
+    "its generation event id is given)")
 
 SELECTIONS = ("cfs", "cis", "qdc")
 JUDGES = ("auto", "classifier", "llm")
@@ -86,15 +91,14 @@ class DrRagConfig(common.BaseConfig):
                               fix="choose k1 <= k (the paper uses k1 = k/2)")
 
 
-_classifiers: dict[tuple[str, int, int], Any] = {}
-_classifier_lock = threading.Lock()
+_classifiers: KeyedCache[Any] = KeyedCache("pair classifiers")
 
 
 def load_classifier(path: str | Path | None = None) -> tuple[Any | None, Path]:
     """The pair classifier (loaded once per file version) and where it was looked for.
 
     Without ``path``: the one retrained into the cache, else the one shipped with the explorer."""
-    from explorer.retrieval.pair_classifier import MANIFEST, PairClassifier
+    from explorer.methods.drrag.pair_classifier import MANIFEST, PairClassifier
 
     source = Path(path).expanduser() if path else PairClassifier.default_source()[0]
     manifest = source / MANIFEST if source.is_dir() else source
@@ -102,12 +106,8 @@ def load_classifier(path: str | Path | None = None) -> tuple[Any | None, Path]:
         stat = manifest.stat()
     except OSError:
         return None, source
-    key = (str(manifest.resolve()), stat.st_size, stat.st_mtime_ns)
-    with _classifier_lock:
-        model = _classifiers.get(key)
-        if model is None:
-            model = PairClassifier.load(source if path else None)
-            _classifiers[key] = model
+    model = _classifiers.get(str(manifest.resolve()), lambda: PairClassifier.load(source if path else None),
+                             stamp=(stat.st_size, stat.st_mtime_ns))
     return model, source
 
 
@@ -139,10 +139,7 @@ def yes_probability(top: list[tuple[str, float]], text: str) -> tuple[float, str
 
 
 @register
-class DrRag(Method):
-    name = "drrag"
-    title = "DR-RAG (two-stage retrieval + pair classifier)"
-    Config = DrRagConfig
+class DrRag(Method, name="drrag", title="DR-RAG (two-stage retrieval + pair classifier)", config=DrRagConfig):
     _judge_source: dict[str, Any] | None = None  # which judge decided, for the selection event
 
     def run(self, question: str, rec: TraceRecorder) -> None:
@@ -160,7 +157,7 @@ class DrRag(Method):
         cfg = self.config
         rec.step = 0
         stage1, first = common.search(rec, self.retriever, question, cfg.k1, source="question", stage=1)
-        rec.trace.events[first].payload["stage"] = 1
+        rec.amend(first, stage=1)
         stage1_ids = {h.passage.id for h in stage1}
         candidates: list[list[Hit]] = []
         for rank, hit in enumerate(stage1, start=1):
@@ -173,8 +170,7 @@ class DrRag(Method):
                                                 {"source": "passage", "text": prompts.passage_text(hit.passage),
                                                  "passage": hit.passage.id, "retrieval": first}])
             pool = [h for h in found if h.passage.id not in stage1_ids][: cfg.k2]
-            payload = rec.trace.events[event].payload
-            payload.update(stage=2, anchor=hit.passage.id, candidates=[h.passage.id for h in pool])
+            rec.amend(event, stage=2, anchor=hit.passage.id, candidates=[h.passage.id for h in pool])
             candidates.append(pool)
 
         rec.step = 1
@@ -202,7 +198,7 @@ class DrRag(Method):
 
     def _scorer(self, question: str, rec: TraceRecorder) -> tuple[Scorer, str]:
         """The pair scorer for this run (classifier or LLM judge), recording a ``classifier`` event per call."""
-        from explorer.retrieval.pair_classifier import StaleClassifier
+        from explorer.methods.drrag.pair_classifier import StaleClassifier
 
         cfg = self.config
         model, where, unusable = None, None, None
@@ -229,11 +225,10 @@ class DrRag(Method):
                                                   f"threshold {threshold:.2f}{f1})")
 
             def classify(a: Passage, b: Passage) -> tuple[float, bool]:
-                start = time.perf_counter()
-                probability = model.predict_proba(question, a, b)
-                elapsed = time.perf_counter() - start
+                with rec.phase("classifier") as timer:
+                    probability = model.predict_proba(question, a, b)
+                elapsed = timer.seconds
                 accepted = probability >= threshold
-                rec.costs.wall_time["classifier"] = rec.costs.wall_time.get("classifier", 0.0) + elapsed
                 rec.add("classifier", pair=[a.id, b.id], probability=round(probability, 4), accepted=accepted,
                         judge="classifier", threshold=threshold, strategy=strategy, seconds=round(elapsed, 5))
                 return probability, accepted

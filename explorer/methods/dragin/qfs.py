@@ -51,16 +51,14 @@ def _word_items(texts: list[str], weights: list[float], segment: str, offset: in
     return items
 
 
-def paper_query(gen: Generation, trigger: int, top_n: int, *, skip_stopwords: bool) -> QfsResult:
+def paper_query(engine: Engine, gen: Generation, trigger: int, top_n: int, *, skip_stopwords: bool) -> QfsResult:
     """The paper's QFS: the trigger token's last-layer attention over the question and the text so far.
 
     The top-n tokens by attention are kept, mapped to their words and put back in text order.
     With ``skip_stopwords`` (the explorer's default, matching the paper's case study, whose query
     holds only content words) stopwords and punctuation are not candidates.
     """
-    row = gen.attention_row(trigger)
-    engine = gen._engine
-    assert engine is not None  # attention_row above refuses generations without attention
+    row = engine.attention_over(gen, trigger)
     items: list[dict[str, Any]] = []
     for label, start, end in gen.segments:
         if label in QUERY_SEGMENTS:

@@ -19,7 +19,7 @@ Features are symmetric in (d_a, d_b), so C(q, a, b) == C(q, b, a) by constructio
 
 Training data are the supporting-paragraph labels of HotpotQA (distractor setting) and MuSiQue
 (or any question files that label their paragraphs). A trained classifier is a folder with no
-pickle in it (:mod:`explorer.retrieval.pair_weights`): ``weights.safetensors`` (the estimator's
+pickle in it (:mod:`explorer.methods.drrag.pair_weights`): ``weights.safetensors`` (the estimator's
 arrays), ``featurizer.json`` (document frequencies) and ``manifest.json`` (model family, feature
 version, threshold, seed, training files with their hashes, held-out scores). One ships with the
 explorer in ``explorer/data/pair_classifier/`` so DR-RAG works on a fresh install;
@@ -45,16 +45,16 @@ from typing import Any
 import numpy as np
 
 from explorer.errors import DatasetError, ModelError
+from explorer.methods.drrag.pair_weights import ArrayEstimator, export_estimator
 from explorer.paths import cache_dir, shared_data_dir
 from explorer.retrieval.base import Passage
 from explorer.retrieval.embeddings import TextEncoder, get_encoder
-from explorer.retrieval.pair_weights import ArrayEstimator, export_estimator
 
 FEATURE_VERSION = 1
 MODEL_DIRNAME = "pair_classifier"
 MANIFEST, WEIGHTS, FEATURIZER = "manifest.json", "weights.safetensors", "featurizer.json"
 STORE_FORMAT = 1
-SHIPPED_DIR = Path(__file__).resolve().parent.parent / "data" / "pair_classifier"
+SHIPPED_DIR = Path(__file__).resolve().parents[2] / "data" / "pair_classifier"
 EMBEDDING_STORE = "training_embeddings.npz"
 HOTPOTQA_FILE = "hotpotqa/dev_distractor_100.json"
 MUSIQUE_FILE = "musique/dev_100.json"
@@ -703,6 +703,31 @@ def _atomic_bytes(path: Path, data: bytes) -> None:
 # Training
 
 
+def _cross_validate(kinds: Sequence[str], x_train: np.ndarray, y_train: np.ndarray, groups: np.ndarray, folds: int,
+                    repeats: int, seed: int, say: Progress) -> list[dict[str, Any]]:
+    """Each model kind's cross-validated F1 and threshold on the training pairs (grouped by question)."""
+    selection = []
+    for kind in kinds:
+        runs = [best_threshold(y_train, _oof_scores(kind, x_train, y_train, groups, folds, seed + r))
+                for r in range(repeats)]
+        f1, thr = float(np.mean([f for _, f in runs])), float(np.median([t for t, _ in runs]))
+        selection.append({"model": kind, "cv_f1": round(f1, 4), "threshold": round(thr, 2)})
+        say(f"  {kind:14s} cross-validated F1 {f1:.3f} at threshold {thr:.2f}")
+    return selection
+
+
+def _baselines(test_pairs: list[Any], questions: Any, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray,
+               y_test: np.ndarray) -> tuple[dict[str, Any], float]:
+    """Baselines on the same test pairs: the majority class, and cosine alone (both passages close
+    to the question: the lower of the two cosines) with its threshold tuned on the training pairs."""
+    col = FEATURE_NAMES.index("cos_q_lo")
+    cos_thr, _ = best_threshold(y_train, x_train[:, col], grid=np.round(x_train[:, col], 3))
+    return {
+        "always_negative": _per_dataset(test_pairs, questions, y_test, np.zeros_like(y_test)),
+        "min_cosine": _per_dataset(test_pairs, questions, y_test, (x_test[:, col] >= cos_thr).astype(int)),
+    }, cos_thr
+
+
 def train(data_dir: Path | None = None, *, seed: int = 0, limit: int | None = None, test_fraction: float = 0.2,
           neg_ratio: int = 4, folds: int = 5, repeats: int = 2, kinds: Sequence[str] = MODEL_KINDS,
           encoder: TextEncoder | None = None, progress: Progress | None = None,
@@ -746,13 +771,7 @@ def train(data_dir: Path | None = None, *, seed: int = 0, limit: int | None = No
     y_test = np.array([e.label for e in test_pairs])
     groups = np.array([e.question for e in train_pairs])
 
-    selection = []
-    for kind in kinds:
-        runs = [best_threshold(y_train, _oof_scores(kind, x_train, y_train, groups, folds, seed + r))
-                for r in range(repeats)]
-        f1, thr = float(np.mean([f for _, f in runs])), float(np.median([t for t, _ in runs]))
-        selection.append({"model": kind, "cv_f1": round(f1, 4), "threshold": round(thr, 2)})
-        say(f"  {kind:14s} cross-validated F1 {f1:.3f} at threshold {thr:.2f}")
+    selection = _cross_validate(kinds, x_train, y_train, groups, folds, repeats, seed, say)
     best = max(selection, key=lambda c: (c["cv_f1"], -list(kinds).index(c["model"])))
     kind, thr = best["model"], best["threshold"]
     say(f"selected {kind}, threshold {thr:.2f}; fitting on all training pairs")
@@ -760,14 +779,7 @@ def train(data_dir: Path | None = None, *, seed: int = 0, limit: int | None = No
 
     test_scores = estimator.predict_proba(x_test)[:, 1]
     held_out = _per_dataset(test_pairs, questions, y_test, (test_scores >= thr).astype(int))
-    # Baselines on the same test pairs: the majority class, and cosine alone (both passages close
-    # to the question: the lower of the two cosines) with its threshold tuned on the training pairs.
-    col = FEATURE_NAMES.index("cos_q_lo")
-    cos_thr, _ = best_threshold(y_train, x_train[:, col], grid=np.round(x_train[:, col], 3))
-    baselines = {
-        "always_negative": _per_dataset(test_pairs, questions, y_test, np.zeros_like(y_test)),
-        "min_cosine": _per_dataset(test_pairs, questions, y_test, (x_test[:, col] >= cos_thr).astype(int)),
-    }
+    baselines, cos_thr = _baselines(test_pairs, questions, x_train, y_train, x_test, y_test)
     model = PairClassifier(estimator, featurizer, threshold=thr, encoder=enc, metadata={"family": kind})
     ranking = _top_pair_accuracy(model, [questions[i] for i in test_q])
     metrics = {
