@@ -26,7 +26,7 @@ from typing import Any
 
 from explorer.config import param
 from explorer.errors import ConfigError
-from explorer.methods import common, prompts
+from explorer.methods import common, judge, prompts
 from explorer.methods.base import Method, register
 from explorer.methods.blendfilter.filter_parse import parse_filter_answer
 from explorer.retrieval.base import Hit
@@ -100,7 +100,7 @@ def filter_prompt(question: str, hits: list[Hit]) -> str:
         listed = "".join(f"[{i}] {p}\n" for i, p in enumerate(passages, start=1))
         blocks.append(f"Passages:\n{listed}Question: {q}\n{FILTER_LEAD} {verdict}\n\n")
     listed = "".join(f"[{i}] {prompts.passage_text(h.passage)}\n" for i, h in enumerate(hits, start=1))
-    return FILTER_INSTRUCTION + "".join(blocks) + f"Passages:\n{listed}Question: {question.strip()}\n{FILTER_LEAD}"
+    return judge.few_shot(FILTER_INSTRUCTION, blocks, f"Passages:\n{listed}Question: {question.strip()}\n", FILTER_LEAD)
 
 
 def internal_prompt(question: str) -> str:
@@ -185,9 +185,9 @@ class BlendFilter(Method, name="blendfilter", config=BlendFilterConfig,
                     numbers=[], ignored=[], status="skipped", how="no passages were retrieved for this query",
                     generation=None)
             return []
-        gen = self.engine.generate(filter_prompt(question, hits), max_new_tokens=self.config.filter_tokens,
-                                   purpose="filter", rec=rec, attention=False, stop_strings=("\n",),
-                                   meta={"set": name, "retrieval_event": retrieval})
+        gen = judge.ask(self.engine, filter_prompt(question, hits), max_new_tokens=self.config.filter_tokens,
+                        purpose="filter", rec=rec, stop_strings=("\n",),
+                        meta={"set": name, "retrieval_event": retrieval})
         verdict = parse_filter_answer(gen.text, len(hits))
         chosen = [hits[n - 1] for n in verdict.numbers]
         kept_ids = {h.passage.id for h in chosen}

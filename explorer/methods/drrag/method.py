@@ -33,7 +33,7 @@ from typing import Any
 from explorer.cache import KeyedCache
 from explorer.config import param
 from explorer.errors import ConfigError, ModelError
-from explorer.methods import common, prompts
+from explorer.methods import common, judge, prompts
 from explorer.methods.base import Method, register
 from explorer.methods.drrag.selection import CIS_FALLBACKS, Scorer, Selection, cfs_select, cis_select, qdc_select
 from explorer.retrieval.base import Hit, Passage
@@ -113,14 +113,11 @@ def load_classifier(path: str | Path | None = None) -> tuple[Any | None, Path]:
 
 def judge_prompt(question: str, a: Passage, b: Passage, words: int = 80) -> str:
     """Few-shot prompt asking the model whether two passages together answer the question."""
-    def clip(p: Passage) -> str:
-        text = p.as_context().split()
-        return " ".join(text[:words]) + (" ..." if len(text) > words else "")
-
-    shots = "".join(f"Passage A: {pa}\nPassage B: {pb}\nQuestion: {q}\n{JUDGE_LEAD} {v}\n\n"
-                    for q, pa, pb, v in JUDGE_EXAMPLES)
-    return (JUDGE_INSTRUCTION + shots + f"Passage A: {clip(a)}\nPassage B: {clip(b)}\nQuestion: {question.strip()}\n"
-            f"{JUDGE_LEAD}")
+    shots = (f"Passage A: {pa}\nPassage B: {pb}\nQuestion: {q}\n{JUDGE_LEAD} {v}\n\n"
+             for q, pa, pb, v in JUDGE_EXAMPLES)
+    first, second = (judge.clip_words(p.as_context(), words) for p in (a, b))
+    case = f"Passage A: {first}\nPassage B: {second}\nQuestion: {question.strip()}\n"
+    return judge.few_shot(JUDGE_INSTRUCTION, shots, case, JUDGE_LEAD)
 
 
 def yes_probability(top: list[tuple[str, float]], text: str) -> tuple[float, str]:
@@ -244,8 +241,8 @@ class DrRag(Method, name="drrag", title="DR-RAG (two-stage retrieval + pair clas
         rec.add("note", level="warning", message=f"{reason}; the model itself judges each pair, one LLM call per pair")
 
         def ask(a: Passage, b: Passage) -> tuple[float, bool]:
-            gen = self.engine.generate(judge_prompt(question, a, b, cfg.judge_passage_words), max_new_tokens=1,
-                                       purpose="judge", rec=rec, attention=False, meta={"pair": [a.id, b.id]})
+            gen = judge.ask(self.engine, judge_prompt(question, a, b, cfg.judge_passage_words), max_new_tokens=1,
+                            purpose="judge", rec=rec, meta={"pair": [a.id, b.id]})
             top = gen.tokens[0].top if gen.tokens else []
             probability, how = yes_probability(top, gen.text)
             accepted = probability >= threshold
