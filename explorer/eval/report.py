@@ -18,6 +18,7 @@ import csv
 import html
 import io
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,24 +57,28 @@ def _fmt(value: float | None, digits: int = 3) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
+def _per_dataset(scores: EvaluationScores, titles: Callable[[str], Sequence[str]],
+                 cells: Callable[[Any, str], list[str]]) -> tuple[list[str], list[str | None], list[list[Any]]]:
+    """A methods × datasets table: the columns ``titles(dataset)`` under each dataset (with the dataset
+    each column belongs to, for clicks), and one row per method of ``cells(cell, dataset)``."""
+    columns: list[str] = ["Method"]
+    targets: list[str | None] = [None]
+    for d in scores.datasets:
+        for title in titles(d):
+            columns.append(f"{dataset_title(d)} {title}")
+            targets.append(d)
+    rows = [[label, *(v for d in scores.datasets for v in cells(scores.cell(label, d), d))] for label in scores.labels]
+    return columns, targets, rows
+
+
 def answer_table(scores: EvaluationScores) -> Table:
     """Paper table 2: EM and F1 per dataset (accuracy for yes/no datasets), methods as rows."""
-    columns, targets = ["Method"], [None]
-    for d in scores.datasets:
-        names = ("Acc",) if scores.has_yes_no(d) else ("EM", "F1")
-        for n in names:
-            columns.append(f"{dataset_title(d)} {n}")
-            targets.append(d)
-    rows = []
-    for label in scores.labels:
-        row: list[Any] = [label]
-        for d in scores.datasets:
-            cell = scores.cell(label, d)
-            if scores.has_yes_no(d):
-                row.append(_fmt(cell.means["accuracy"]))
-            else:
-                row += [_fmt(cell.means["em"]), _fmt(cell.means["f1"], 4)]
-        rows.append(row)
+    def cells(cell: Any, d: str) -> list[str]:
+        if scores.has_yes_no(d):
+            return [_fmt(cell.means["accuracy"])]
+        return [_fmt(cell.means["em"]), _fmt(cell.means["f1"], 4)]
+
+    columns, targets, rows = _per_dataset(scores, lambda d: ("Acc",) if scores.has_yes_no(d) else ("EM", "F1"), cells)
     return Table("Answer quality (EM / F1; accuracy for yes/no)", columns, rows, targets, note=_counts_note(scores))
 
 
@@ -88,18 +93,8 @@ def cost_table(scores: EvaluationScores) -> Table:
     if discarded:
         fields_.append(("Discarded", "discarded_tokens", 1))
     fields_.append(("Seconds", "wall_time", 2))
-    columns, targets = ["Method"], [None]
-    for d in scores.datasets:
-        for title, _, _ in fields_:
-            columns.append(f"{dataset_title(d)} {title}")
-            targets.append(d)
-    rows = []
-    for label in scores.labels:
-        row: list[Any] = [label]
-        for d in scores.datasets:
-            cell = scores.cell(label, d)
-            row += [_fmt(cell.means[key], digits) for _, key, digits in fields_]
-        rows.append(row)
+    columns, targets, rows = _per_dataset(scores, lambda d: [title for title, _, _ in fields_],
+                                          lambda cell, d: [_fmt(cell.means[key], digits) for _, key, digits in fields_])
     return Table("Cost per question (retrievals, LLM calls, generated tokens, wall time)", columns, rows, targets)
 
 
@@ -107,19 +102,10 @@ def recall_table(scores: EvaluationScores) -> Table:
     """Gold-passage recall over the passages given to the model (and how many), beside recall over
     everything the run retrieved (and how many): a method that retrieves many candidates but gives
     the model few is credited only for the few in the first pair of columns."""
-    columns, targets = ["Method"], [None]
-    for d in scores.datasets:
-        t = dataset_title(d)
-        columns += [f"{t} Recall (given)", f"{t} Given", f"{t} Recall (retrieved)", f"{t} Retrieved"]
-        targets += [d, d, d, d]
-    rows = []
-    for label in scores.labels:
-        row: list[Any] = [label]
-        for d in scores.datasets:
-            cell = scores.cell(label, d)
-            row += [_fmt(cell.means.get("given_recall")), _fmt(cell.means.get("given_passages"), 1),
-                    _fmt(cell.means["passage_recall"]), _fmt(cell.means["retrieved_passages"], 1)]
-        rows.append(row)
+    columns, targets, rows = _per_dataset(
+        scores, lambda d: ("Recall (given)", "Given", "Recall (retrieved)", "Retrieved"),
+        lambda cell, d: [_fmt(cell.means.get("given_recall")), _fmt(cell.means.get("given_passages"), 1),
+                         _fmt(cell.means["passage_recall"]), _fmt(cell.means["retrieved_passages"], 1)])
     return Table("Gold passage recall (over the passages given to the model, and over all retrieved)", columns, rows,
                  targets, note="Given: passages placed in the prompt of a generation that writes the answer (not "
                                "those only judged, filtered or used to re-rank). Retrieved: every passage any "

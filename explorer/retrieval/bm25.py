@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,7 +38,7 @@ from explorer.errors import ConfigError, CorpusError
 from explorer.paths import cache_dir
 from explorer.retrieval.base import Hit, Passage
 from explorer.retrieval.corpora import Corpus
-from explorer.retrieval.index_cache import prune_stale, store_folder
+from explorer.retrieval.index_cache import load_stored, prune_stale, store_folder
 from explorer.retrieval.tokenizer import Tokenizer, TokenizerSettings
 
 Progress = Callable[[str], None]
@@ -174,18 +173,13 @@ class BM25Retriever:
 
     def _load_cached(self):
         """The stored index if it exists and matches this corpus; None (after removing it) if damaged."""
-        path = self.index_path
-        assert path is not None
-        if not (path / META_FILE).is_file():
-            if path.exists():
-                shutil.rmtree(path, ignore_errors=True)
-            return None
-        try:
-            meta = json.loads((path / META_FILE).read_text(encoding="utf-8"))
+        assert self.index_path is not None
+
+        def read(meta: dict) -> object:
             if (meta.get("key") != self.key or meta.get("fingerprint") != self.corpus.fingerprint
                     or meta.get("passages") != len(self.corpus)):
                 raise ValueError("the stored index belongs to other passages")
-            model = _bm25s().BM25.load(path, show_progress=False)
+            model = _bm25s().BM25.load(self.index_path, show_progress=False)
             scores = model.scores
             n_data = len(scores["data"])
             if (int(scores["num_docs"]) != len(self.corpus) or len(scores["indptr"]) != len(model.vocab_dict) + 1
@@ -194,10 +188,8 @@ class BM25Retriever:
             if len(scores["indices"]) and int(scores["indices"].max()) >= len(self.corpus):
                 raise ValueError("the stored index points past the corpus")
             return model
-        except Exception as exc:  # damaged in any way: rebuild rather than fail
-            log.warning("rebuilding the BM25 index at %s (%s)", path, exc)
-            shutil.rmtree(path, ignore_errors=True)
-            return None
+
+        return load_stored(self.index_path, META_FILE, "BM25 index", read)
 
     # --- the Retriever protocol ---------------------------------------------------------------
 

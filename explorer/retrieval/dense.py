@@ -24,7 +24,6 @@ import json
 import logging
 import math
 import os
-import shutil
 import threading
 import time
 import uuid
@@ -43,7 +42,7 @@ from explorer.retrieval.base import Hit, Passage
 from explorer.retrieval.bm25 import _slug
 from explorer.retrieval.corpora import Corpus
 from explorer.retrieval.embeddings import TextEncoder, model_fingerprint
-from explorer.retrieval.index_cache import prune_stale, store_folder
+from explorer.retrieval.index_cache import load_stored, prune_stale, store_folder
 
 Progress = Callable[[str], None]
 INDEX_KINDS = ("auto", "exact", "flat", "ivf", "hnsw")
@@ -252,25 +251,18 @@ class DenseRetriever:
             prune_stale(self.index_path, self.key, self.corpus.fingerprint, META_FILE)
 
     def _load_cached(self) -> np.ndarray | None:
-        path = self.index_path
-        assert path is not None
-        if not (path / META_FILE).is_file():
-            if path.exists():
-                shutil.rmtree(path, ignore_errors=True)
-            return None
-        try:
-            meta = json.loads((path / META_FILE).read_text(encoding="utf-8"))
+        assert self.index_path is not None
+
+        def read(meta: dict) -> np.ndarray:
             if meta.get("key") != self.key or meta.get("fingerprint") != self.corpus.fingerprint:
                 raise ValueError("the stored embeddings belong to other passages or another model")
-            matrix = np.load(path / EMBEDDINGS_FILE, allow_pickle=False)
+            matrix = np.load(self.index_path / EMBEDDINGS_FILE, allow_pickle=False)
             if matrix.dtype != np.float32 or matrix.shape != (self._n, self.encoder.dim):
                 raise ValueError(f"stored matrix is {matrix.dtype} {matrix.shape}, expected "
                                  f"float32 {(self._n, self.encoder.dim)}")
             return matrix
-        except Exception as exc:  # damaged in any way: rebuild rather than fail
-            log.warning("rebuilding the passage embeddings at %s (%s)", path, exc)
-            shutil.rmtree(path, ignore_errors=True)
-            return None
+
+        return load_stored(self.index_path, META_FILE, "passage embeddings", read)
 
     # --- the Retriever protocol ----------------------------------------------------------------
 

@@ -15,9 +15,10 @@ import shutil
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def store_folder(final: Path, write: Callable[[Path], None], meta: dict[str, Any], meta_file: str,
@@ -52,3 +53,21 @@ def prune_stale(final: Path, key: str, fingerprint: str, meta_file: str) -> None
             stale = True
         if stale:
             shutil.rmtree(other, ignore_errors=True)
+
+
+def load_stored(path: Path, meta_file: str, what: str, read: Callable[[dict[str, Any]], T]) -> T | None:
+    """What ``read(meta)`` makes of the folder at ``path``, or None when there is nothing usable there.
+
+    A folder without its meta file is a leftover and is removed; a folder that ``read`` rejects
+    (it raises: other passages, another model, arrays that do not fit) or cannot read is removed
+    too, with a warning, so the caller rebuilds it instead of failing the run."""
+    if not (path / meta_file).is_file():
+        if path.exists():
+            shutil.rmtree(path, ignore_errors=True)
+        return None
+    try:
+        return read(json.loads((path / meta_file).read_text(encoding="utf-8")))
+    except Exception as exc:  # damaged in any way: rebuild rather than fail
+        log.warning("rebuilding the %s at %s (%s)", what, path, exc)
+        shutil.rmtree(path, ignore_errors=True)
+        return None

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import gradio as gr
@@ -155,10 +155,18 @@ class EvaluationsTab:
     cell_caption: Any
     questions: Any
     run_id: Any
+    #: The listed questions' run ids (a ``gr.State``), in the order of ``questions``.
+    run_ids: Any = None
     #: ``reload(picker_value)`` re-reads the store; wire it to the page's load event to show fresh runs:
     #: ``demo.load(tab.reload, inputs=tab.picker, outputs=tab.reload_outputs)``.
-    reload: Callable[..., Any]
-    reload_outputs: list[Any]
+    reload: Callable[..., Any] | None = None
+    reload_outputs: list[Any] = field(default_factory=list)
+
+    @property
+    def shown(self) -> list[Any]:
+        """What showing an evaluation fills, in :func:`_shower`'s order."""
+        return [self.header, self.answers, self.costs, self.recall, self.accuracy_plot, self.threshold_plot,
+                self.cell_caption, self.questions, self.run_ids]
 
 
 def build_evaluations_tab(store: Any | Callable[[], Any], open_run: Callable[[str], Any] | None = None, *,
@@ -199,14 +207,12 @@ def build_evaluations_tab(store: Any | Callable[[], Any], open_run: Callable[[st
     parts.refresh.click(reload, inputs=parts.picker, outputs=[parts.picker, *shown], **PRIVATE)
     for which in ("answers", "costs", "recall"):
         getattr(parts, which).select(_cell_picker(views, which), inputs=parts.picker,
-                                     outputs=[parts.caption, parts.questions, parts.run_ids], **PRIVATE)
+                                     outputs=[parts.cell_caption, parts.questions, parts.run_ids], **PRIVATE)
     outputs_extra = list(open_outputs or [])
     parts.questions.select(_question_picker(open_run, len(outputs_extra)), inputs=parts.run_ids,
                            outputs=[parts.run_id, *outputs_extra], **PRIVATE)
-    return EvaluationsTab(picker=parts.picker, refresh=parts.refresh, header=parts.header, answers=parts.answers,
-                          costs=parts.costs, recall=parts.recall, accuracy_plot=parts.accuracy_plot,
-                          threshold_plot=parts.threshold_plot, cell_caption=parts.caption, questions=parts.questions,
-                          run_id=parts.run_id, reload=reload, reload_outputs=[parts.picker, *shown])
+    parts.reload, parts.reload_outputs = reload, [parts.picker, *shown]
+    return parts
 
 
 class EvaluationViews:
@@ -236,29 +242,7 @@ class EvaluationViews:
         return self._cache[name][1]
 
 
-@dataclass
-class _Parts:
-    picker: Any
-    refresh: Any
-    header: Any
-    answers: Any
-    costs: Any
-    recall: Any
-    accuracy_plot: Any
-    threshold_plot: Any
-    caption: Any
-    questions: Any
-    run_ids: Any
-    run_id: Any
-
-    @property
-    def shown(self) -> list[Any]:
-        """What showing an evaluation fills, in :func:`_shower`'s order."""
-        return [self.header, self.answers, self.costs, self.recall, self.accuracy_plot, self.threshold_plot,
-                self.caption, self.questions, self.run_ids]
-
-
-def _layout(choices: list[tuple[str, str]], first: EvaluationView | None) -> _Parts:
+def _layout(choices: list[tuple[str, str]], first: EvaluationView | None) -> EvaluationsTab:
     with gr.Row():
         picker = gr.Dropdown(choices=choices, value=choices[0][1] if choices else None, label="Evaluation",
                              scale=4, interactive=True, elem_id="eval-pick")
@@ -280,8 +264,9 @@ def _layout(choices: list[tuple[str, str]], first: EvaluationView | None) -> _Pa
                              interactive=False, datatype="str", wrap=True, elem_id="eval-questions")
     run_ids = gr.State([])
     run_id = gr.Textbox(label="Opened run", interactive=False, elem_id="eval-run-id")
-    return _Parts(picker, refresh, header, answers, costs, recall, accuracy_plot, threshold_plot, caption, questions,
-                  run_ids, run_id)
+    return EvaluationsTab(picker=picker, refresh=refresh, header=header, answers=answers, costs=costs, recall=recall,
+                          accuracy_plot=accuracy_plot, threshold_plot=threshold_plot, cell_caption=caption,
+                          questions=questions, run_id=run_id, run_ids=run_ids)
 
 
 def _shower(views: EvaluationViews) -> Callable[[str | None], tuple]:
