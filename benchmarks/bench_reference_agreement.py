@@ -20,7 +20,7 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,7 +30,6 @@ from benchmarks.common import cpu_name, write_result  # noqa: E402
 from explorer.engine.loader import load_model  # noqa: E402
 from explorer.eval.datasets import load_dataset  # noqa: E402
 from explorer.methods import prompts  # noqa: E402
-from explorer.methods import reference_rules as rules  # noqa: E402
 from explorer.methods.base import run_question  # noqa: E402
 from explorer.paths import shared_data_dir  # noqa: E402
 from explorer.runtime import open_runtime  # noqa: E402
@@ -53,8 +52,12 @@ def rounds_of(trace: Trace) -> list[oracle.Round]:
         query = next(e for e in events if e.kind == "query" and e.id > draft.id)
         cont = next(e for e in events if e.kind == "generation" and e.payload["purpose"] == "continuation"
                     and e.id > draft.id)
+        kept = cont.payload["text"]
+        if trace.method == "dragin":  # what the method kept of the continuation: its first sentence
+            cont_cut = next((e for e in events if e.kind == "truncation" and e.payload["span"] == cont.id), None)
+            kept = cont_cut.payload.get("kept_as", "") if cont_cut is not None else kept.strip()
         out.append(oracle.Round(True, trigger.payload.get("sentence"), cut.payload.get("kept_as", ""),
-                                query.payload["text"], cont.payload["text"]))
+                                query.payload["text"], kept))
     return out
 
 
@@ -68,10 +71,13 @@ class Agreement:
     disagreements: list[str] | None = None
 
 
-def compare(ours: list[oracle.Round], theirs: list[oracle.Round], method: str, lang) -> tuple[dict, dict | None]:
+def compare(ours: list[oracle.Round], theirs: list[oracle.Round]) -> tuple[dict, dict | None]:
+    """Field by field, the first round and every round after the oracle's first retrieval.
+
+    Both sides hold what their loop kept (DRAGIN: the continuation's first sentence, as the method
+    recorded it and as the oracle split it); nothing is split again here, since splitting an
+    already-split sentence can split it once more."""
     def key(r: oracle.Round, field: str):
-        if field == "continuation" and r.continuation is not None and method == "dragin":
-            return rules.first_sentence(r.continuation, lang)
         return getattr(r, field)
 
     first = {f: key(ours[0], f) == key(theirs[0], f) for f in FIELDS} if ours and theirs else None
@@ -85,8 +91,6 @@ def compare(ours: list[oracle.Round], theirs: list[oracle.Round], method: str, l
 
 
 def main() -> None:
-    from explorer.engine.language import get_language
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--questions", type=int, default=15, help="demo questions, and as many HotpotQA ones")
     parser.add_argument("--dragin-thresholds", default="3,12", help="DRAGIN θ: one firing often, one rarely")
@@ -103,14 +107,14 @@ def main() -> None:
     shard, shards = (int(v) for v in args.shard.split("/"))
     log_path = Path(args.log)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    settings = {"max_length": args.max_length, "fewshot": args.fewshot}
+    # "compare" versions the comparison itself: outcomes logged under another one are measured again.
+    settings = {"max_length": args.max_length, "fewshot": args.fewshot, "compare": 2}
     done: dict[tuple, dict] = {}
     if log_path.is_file():
         for line in log_path.read_text(encoding="utf-8").splitlines():
             row = json.loads(line)
             if row.get("settings") == settings:
                 done[(row["method"], row["threshold"], row["set"], row["id"])] = row
-    lang = get_language()
     model = load_model("embedded", attn_implementation="eager").model
     sets = [("demo", "demo", load_dataset("demo", limit=args.questions))]
     if shared_data_dir().is_dir():
@@ -140,10 +144,11 @@ def main() -> None:
                         loop = oracle.dragin_loop if method == "dragin" else oracle.flare_loop
                         theirs = loop(model, tokenizer, search, q.question, demo, threshold=threshold,
                                       max_length=args.max_length)
-                        first, later = compare(rounds_of(trace), theirs, method, lang)
+                        first, later = compare(rounds_of(trace), theirs)
                         row = {"method": method, "threshold": threshold, "set": name, "id": q.id,
                                "settings": settings, "oracle_fired_first": bool(theirs and theirs[0].fired),
-                               "first": first, "later": later}
+                               "first": first, "later": later,
+                               "ours": [asdict(r) for r in rounds_of(trace)], "theirs": [asdict(r) for r in theirs]}
                         with log_path.open("a", encoding="utf-8") as fh:
                             fh.write(json.dumps(row) + "\n")
                     else:
