@@ -111,6 +111,13 @@ def browser_context(**kwargs: Any) -> Iterator[Any]:
 
 
 # -- page helpers ------------------------------------------------------------------------------------
+def open_app(page: Any, url: str, timeout: float = 120_000) -> None:
+    """Load the app's page and wait for its controls. The page opens with a recorded run drawn in it,
+    so on a busy 2-core machine the first paint can take well over Playwright's default 30 s."""
+    page.goto(url, timeout=timeout)
+    page.wait_for_selector("#question-pick", timeout=timeout)
+
+
 def choose(page: Any, elem_id: str, text: str) -> None:
     """Pick the option containing ``text`` in a Gradio dropdown."""
     page.locator(f"#{elem_id} input").click()

@@ -26,6 +26,7 @@ from tests.browser_support import (
     choose,
     click_run,
     external,
+    open_app,
     pick_question,
     set_methods,
     set_param,
@@ -76,8 +77,7 @@ def page(context, app):
     dialogs: list[str] = []
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
     page.dialogs = dialogs
-    page.goto(app.url)
-    page.wait_for_selector("#question-pick")
+    open_app(page, app.url)
     wait_ready(page)
     yield page
     assert page.dialogs == []
@@ -363,8 +363,7 @@ def test_killing_the_server_mid_run_leaves_the_database_sound(context, tmp_path)
         done = client.predict("Where was Mozart born?", "wo", "", '{"max_length": 8, "fewshot": 1}', api_name="/run")
         assert done["status"] == "complete"
         page = context.new_page()
-        page.goto(server.url)
-        page.wait_for_selector("#question-pick")
+        open_app(page, server.url)
         wait_ready(page)
         pick_question(page, "seating capacity")
         set_methods(page, ["dragin"])
@@ -404,8 +403,7 @@ def test_evaluations_tab_goes_from_a_cell_to_a_question_to_its_trace(context, tm
     server = start_app(tmp_path, name="evals")  # serves tmp_path / "evals.sqlite"
     try:
         page = context.new_page()
-        page.goto(server.url)
-        page.wait_for_selector("#question-pick")
+        open_app(page, server.url)
         page.locator("#tab-evaluations-button").click()
         page.locator("#eval-refresh").click()
         page.wait_for_function("() => document.querySelector('#eval-pick input').value.includes('tiny-eval')")

@@ -43,8 +43,8 @@ def client(app):
 @pytest.fixture()
 def page(context, app):
     page = context.new_page()
-    page.goto(app.url)
-    page.wait_for_selector("#run-view .dre-run")
+    page.goto(app.url, timeout=120_000)
+    page.wait_for_selector("#run-view .dre-run", timeout=120_000)  # the recorded run, drawn at page load
     yield page
     page.close()
 
