@@ -442,7 +442,7 @@ class Engine:
         if not 0 <= index < len(gen.ids):
             raise IndexError(f"token {index} is outside the span of {len(gen.ids)} tokens")
         total = len(gen.prompt_ids) + index + 1
-        if not _can_roll_back(gen._cache):
+        if not can_roll_back(gen._cache):
             # A windowed cache has dropped the keys a rollback would need; one pass over the
             # context up to the token gives the same row (the mask applies the same window).
             ids = list(gen.prompt_ids) + gen.ids[:index + 1]
@@ -528,7 +528,7 @@ class Engine:
         return result
 
 
-def _can_roll_back(cache: Any) -> bool:
+def can_roll_back(cache: Any) -> bool:
     """Whether ``crop`` can take the cache back: not once a sliding layer has filled its window."""
     for layer in getattr(cache, "layers", ()):
         window = getattr(layer, "sliding_window", None) if getattr(layer, "is_sliding", False) else None

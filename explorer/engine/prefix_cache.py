@@ -18,12 +18,13 @@ from __future__ import annotations
 import copy
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 
-def shared_length(a: list[int], b: list[int]) -> int:
+def shared_length(a: Sequence[int], b: Sequence[int]) -> int:
     """How many tokens two prompts share from their start."""
     n = min(len(a), len(b))
     i = 0
@@ -66,7 +67,7 @@ class PrefixCache:
     def _best(self, prompt_ids: list[int]) -> tuple[int, Any]:
         best, found = 0, None
         for ids, cache in self._items.items():
-            n = shared_length(list(ids), prompt_ids)
+            n = shared_length(ids, prompt_ids)
             if n > best:
                 best, found = n, (ids, cache)
         if found is not None:
@@ -76,7 +77,7 @@ class PrefixCache:
 
     def prefill(self, engine: Any, prompt_ids: list[int]) -> tuple[Any, Any]:
         """Encode ``prompt_ids`` for ``engine``: returns (its cache, the forward pass's output)."""
-        from explorer.engine.generation import _can_roll_back
+        from explorer.engine.generation import can_roll_back
 
         with self._lock:
             shared, stored = self._best(prompt_ids)
@@ -92,8 +93,9 @@ class PrefixCache:
             rest = prompt_ids[shared:]
         else:
             cache, rest = engine.new_cache(), prompt_ids
-        out = engine._forward(torch.tensor([rest], device=engine.device), cache)
-        if _can_roll_back(cache):
+        # The attention probe is off during a prompt's pass, so this is the engine's plain cached pass.
+        out = engine.forward_batch(torch.tensor([rest], device=engine.device), cache)
+        if can_roll_back(cache):
             kept = copy.deepcopy(cache)
             with self._lock:
                 self._items[tuple(prompt_ids)] = kept
