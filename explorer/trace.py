@@ -196,6 +196,10 @@ class Costs:
     discarded_tokens: int = 0
     sampled_sequences: int = 0
     prompt_tokens: int = 0
+    #: A fork's spans and searches served from its parent's trace (counted above too, but not run).
+    replayed_spans: int = 0
+    replayed_tokens: int = 0
+    reused_retrievals: int = 0
     wall_time: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -232,6 +236,9 @@ class Trace:
     gold: dict[str, Any] = field(default_factory=dict)
     #: Where each config value came from: "paper", "variant", "preset" or "user".
     config_sources: dict[str, str] = field(default_factory=dict)
+    #: A fork's origin: ``parent`` (run id), ``root`` (the first run of its family), ``depth``,
+    #: ``at`` (the point) and ``change`` (the intervention); None for a run that is not a fork.
+    fork: dict[str, Any] | None = None
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
     version: int = TRACE_VERSION
@@ -263,6 +270,7 @@ class Trace:
             "output": self.output,
             "costs": self.costs.to_dict(),
             "events": [e.to_dict() for e in self.events],
+            **({"fork": self.fork} if self.fork is not None else {}),
         }
 
     def to_json(self, indent: int | None = None) -> str:
@@ -290,6 +298,7 @@ class Trace:
             status=d.get("status", "complete"),
             error=d.get("error"),
             gold=d.get("gold", {}),
+            fork=d.get("fork"),
             run_id=d["run_id"],
             created_at=d["created_at"],
         )
@@ -364,6 +373,8 @@ class TraceRecorder:
         self.listeners = list(listeners or [])
         self.cancel = cancel or threading.Event()
         self.step = 0
+        #: A fork's :class:`~explorer.forks.replay.Replay` (the parent's trace served until the fork point).
+        self.replay: Any = None
         self._t0 = time.perf_counter()
 
     @property

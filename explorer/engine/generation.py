@@ -276,12 +276,18 @@ class Engine:
         if not prompt_ids:
             raise ExplorerError("the prompt is empty", where="prompt", fix="give the model some text to continue")
         self.check_fits(len(prompt_ids), max_new_tokens)
+        if rec is not None and rec.replay is not None:  # a fork before its divergence: the parent's span
+            replayed = rec.replay.generation(self, rec, prompt=prompt, prompt_ids=prompt_ids, segments=segments,
+                                             purpose=purpose, max_new_tokens=max_new_tokens, attention=attention,
+                                             hidden=hidden)
+            if replayed is not None:
+                return replayed
         with self.lock, torch.inference_mode(), phase(rec, "generation") as timer:
             request = _Request(prompt, prompt_ids, segments, max_new_tokens, purpose, sampling, tuple(stop_strings),
                                attention, until, hidden, stream, ignore_eos, keep_special, tuple(signals))
             gen = self._loop(request, rec)
         if rec is not None:
-            self._record(gen, rec, sampling, timer.seconds, meta or {})
+            self._record(gen, rec, sampling, timer.seconds, meta or {}, max_new_tokens)
             # The partial span is in the trace (and its costs counted) before the run unwinds.
             raise_if_cancelled(gen.stopped_by)
         return gen
@@ -345,10 +351,21 @@ class Engine:
         back to just before the token and that single token runs again, which costs one one-token
         pass and reproduces the row the loop saw.
         """
+        if gen._engine is self and gen._cache is None and getattr(gen, "replayed", False):
+            gen._cache = self._span_cache(gen)
         if gen._engine is not self or gen._cache is None:
             raise ExplorerError("this generation kept no KV cache, so its attention rows cannot be read",
                                 fix="generate with attention=True")
         return self._replay_row(gen, index)
+
+    def _span_cache(self, gen: Generation) -> Any:
+        """The KV cache of a span served from a trace (a fork's replay): one pass over its prompt and tokens."""
+        with self.lock, torch.inference_mode():
+            cache = self.new_cache()
+            self.probe.active = False
+            self._forward(torch.tensor([list(gen.prompt_ids) + list(gen.ids)], device=self.device), cache,
+                          logits=False)
+        return cache
 
     def _loop(self, req: _Request, rec: TraceRecorder | None) -> Generation:
         """Decode one span: one forward pass per token, signals read from what each pass produced."""
@@ -468,14 +485,14 @@ class Engine:
             return self._last_row(cache, total).tolist()
 
     def _record(self, gen: Generation, rec: TraceRecorder, sampling: Sampling | None, elapsed: float,
-                meta: dict[str, Any]) -> None:
+                meta: dict[str, Any], max_new_tokens: int) -> None:
         count_call(rec.costs, forward_passes=getattr(gen, "forward_passes", 0), prompt_tokens=len(gen.prompt_ids),
                    generated_tokens=len(gen.tokens))
         window = self._window_facts(gen)
         event = rec.add("generation", purpose=gen.purpose, text=gen.text,
                         tokens=[t.to_dict() for t in gen.tokens], prompt=gen.prompt,
                         prompt_tokens=len(gen.prompt_ids), prompt_segments=[list(s) for s in gen.segments],
-                        stopped_by=gen.stopped_by,
+                        stopped_by=gen.stopped_by, max_new_tokens=max_new_tokens,
                         decoding="greedy" if sampling is None else {"sampling": sampling.to_dict()},
                         seconds=round(elapsed, 4), **window, **meta)
         gen.event_id = event.id

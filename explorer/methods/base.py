@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from explorer.config import Config
@@ -18,7 +19,7 @@ from explorer.errors import ConfigError, ExplorerError
 from explorer.methods.resolve import ResolvedConfig, resolve_config
 from explorer.retrieval.base import Retriever
 from explorer.runtime import Runtime
-from explorer.trace import Cancelled, Listener, Trace, TraceRecorder
+from explorer.trace import Cancelled, Event, Listener, Trace, TraceRecorder
 
 if TYPE_CHECKING:
     from explorer.journal import RunJournal
@@ -126,31 +127,55 @@ def _note_defaults(rec: TraceRecorder, cls: type[Method], resolved: ResolvedConf
                         "thresholds do not transfer across models")
 
 
+def _opening_notes(trace: Trace) -> list[Event]:
+    """The notes a run starts with (where its config values came from), before the method's first step."""
+    notes = []
+    for event in trace.events:
+        if event.kind != "note":
+            break
+        notes.append(event)
+    return notes
+
+
 def run_question(method: str, question: str, runtime: Runtime, *, variant: str | None = None,
                  config: dict[str, Any] | Config | None = None, gold: dict[str, Any] | None = None,
                  listeners: list[Listener] | None = None, cancel: threading.Event | None = None,
-                 raise_errors: bool = False, journal: RunJournal | None = None) -> Trace:
+                 raise_errors: bool = False, journal: RunJournal | None = None, fork_of: Trace | None = None,
+                 prepare: Callable[[Trace, TraceRecorder, Config], None] | None = None) -> Trace:
     """Run one method on one question and return its trace.
 
     Cancellation and user errors never lose the partial trace: the trace comes back with status
     ``cancelled`` or ``error`` and the message in ``trace.error``. With a ``journal`` the run is
     stored when it starts, checkpointed as it goes and stored again when it ends, whatever ends it.
+
+    ``fork_of`` (with ``prepare``, which sets the fork's replay on the recorder) runs a fork of that
+    trace (:func:`explorer.forks.fork_run`): its config, variant and opening notes are the parent's,
+    so the fork's events line up with the parent's.
     """
     cls = get_method(method)
     question = (question or "").strip()
     if not question:
         raise ExplorerError("the question is empty", where="question", fix="type a question to answer")
     fingerprint = runtime.engine.fingerprint()
-    resolved = resolve_config(method, variant, str(fingerprint.get("name", "")), config)
-    variant, cfg = resolved.variant, resolved.config
+    if fork_of is None:
+        resolved = resolve_config(method, variant, str(fingerprint.get("name", "")), config)
+        variant, cfg, sources = resolved.variant, resolved.config, dict(resolved.sources)
+    else:
+        variant, cfg, sources = fork_of.variant, cls.Config.from_dict(fork_of.config), dict(fork_of.config_sources)
     trace = Trace(question=question, method=method, variant=variant, config=cfg.to_dict(),
-                  config_sources=dict(resolved.sources), model=fingerprint, corpus=dict(runtime.corpus),
+                  config_sources=sources, model=fingerprint, corpus=dict(runtime.corpus),
                   gold=dict(gold or {}))
     if journal is not None:
         journal.begin(trace)
         listeners = [*(listeners or []), journal]
     rec = TraceRecorder(trace, listeners=listeners, cancel=cancel)
-    _note_defaults(rec, cls, resolved, str(fingerprint.get("name")))
+    if fork_of is None:
+        _note_defaults(rec, cls, resolved, str(fingerprint.get("name")))
+    else:
+        for event in _opening_notes(fork_of):
+            rec.add("note", **event.payload)
+    if prepare is not None:
+        prepare(trace, rec, cfg)
     start = time.perf_counter()
     try:
         cls(cfg, runtime, variant).run(question, rec)

@@ -58,13 +58,21 @@ def search(rec: TraceRecorder, retriever: Retriever, query: str, k: int, *, sour
     ``source`` names where the query came from (question, qfs, masked sentence, window...);
     ``details`` are kept on the query event (QFS candidates and weights, masked tokens...).
     """
+    given, extra = None, {}
+    if rec.replay is not None:  # a fork: the parent's search served, or this one changed
+        served = rec.replay.search(rec, retriever, query)
+        if isinstance(served, tuple):
+            return served
+        if served is not None:
+            query, given, details, extra = served.query, served.hits, {**details, **served.query_fields}, \
+                served.retrieval_fields
     query_event = rec.add("query", text=query, source=source, **details)
     with rec.phase("retrieval") as timer:
-        hits = retriever.search(query, k) if query.strip() else []
+        hits = given if given is not None else retriever.search(query, k) if query.strip() else []
     elapsed = timer.seconds
     rec.costs.retrievals += 1
     event = rec.add("retrieval", query=query_event.id, hits=[h.to_dict() for h in hits], k=k,
-                    seconds=round(elapsed, 5), retriever=getattr(retriever, "name", "retriever"))
+                    seconds=round(elapsed, 5), retriever=getattr(retriever, "name", "retriever"), **extra)
     if not hits:
         rec.add("note", message=f"retrieval for {query!r} returned no passages; generation continues without them",
                 level="warning")
@@ -213,12 +221,19 @@ def keep_first_sentence(rec: TraceRecorder, gen: Generation) -> str:
 
 
 def check(rec: TraceRecorder, *, span: int | None, signal: str, threshold: float, compare: str,
-          units: list[dict[str, Any]], fired: int | None, rule: str, **extra: Any) -> None:
+          units: list[dict[str, Any]], fired: int | None, rule: str, **extra: Any) -> int | None:
     """Record one retrieval decision with every unit's value, so any other threshold can be replayed.
 
     ``units`` are tokens, words or sentences, each a dict with at least ``text`` and ``value``
     (and ``eligible`` when some units cannot fire, such as stopwords); ``compare`` is ``>`` or
     ``<``; ``fired`` is the index of the unit that fired, or None.
+
+    Returns the unit the method acts on: ``fired``, unless this run is a fork whose change is at
+    this decision (a forced or suppressed retrieval); the check event then records both.
     """
+    if rec.replay is not None:
+        fired, override = rec.replay.decide(rec, span, fired)
+        extra = {**extra, **override}
     rec.add("check", span=span, signal=signal, threshold=threshold, compare=compare, units=units, fired=fired,
             rule=rule, **extra)
+    return fired

@@ -79,8 +79,9 @@ class Flare(Method, name="flare", config=FlareConfig, variants=("paper", "refere
             low = [t.prob < cfg.threshold for t in tokens]
             units = [{"text": t.text, "value": t.prob, "eligible": True} for t in tokens]
             fired = low.index(True) if any(low) else None
-            common.check(rec, span=gen.event_id, signal="prob", threshold=cfg.threshold, compare="<", units=units,
-                         fired=fired, unit="token", rule="any token of the look-ahead sentence below the threshold")
+            fired = common.check(rec, span=gen.event_id, signal="prob", threshold=cfg.threshold, compare="<",
+                                 units=units, fired=fired, unit="token",
+                                 rule="any token of the look-ahead sentence below the threshold")
             if fired is not None:
                 rec.add("trigger", span=gen.event_id, token_index=fired, signal="prob", value=tokens[fired].prob,
                         threshold=cfg.threshold, token=tokens[fired].text)
@@ -150,9 +151,11 @@ class Flare(Method, name="flare", config=FlareConfig, variants=("paper", "refere
         units, decision = rules.token_decision(gen.text, tokens, [t.logprob for t in gen.tokens],
                                                self.config.threshold, get_language())
         fired = decision.sentence if decision is not None else None
-        common.check(rec, span=gen.event_id, signal="mean(1-p)", threshold=self.config.threshold, compare=">",
-                     units=units, fired=fired, unit="sentence", decoded_tokens=tokens,
-                     rule="first sentence whose mean 1 - p over the tokens the code gives it exceeds the threshold")
+        if common.check(rec, span=gen.event_id, signal="mean(1-p)", threshold=self.config.threshold, compare=">",
+                        units=units, fired=fired, unit="sentence", decoded_tokens=tokens,
+                        rule="first sentence whose mean 1 - p over the tokens the code gives it exceeds the "
+                             "threshold") is None:
+            return None  # no sentence fired, or a fork suppressed this retrieval
         if decision is not None and decision.tokens:
             first = decision.tokens.start
             rec.add("trigger", span=gen.event_id, token_index=first, signal="mean(1-p)", value=decision.score,

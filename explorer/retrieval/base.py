@@ -34,6 +34,12 @@ class Hit:
     def to_dict(self) -> dict:
         return {**asdict(self.passage), "score": float(self.score), "rank": self.rank}
 
+    @classmethod
+    def from_dict(cls, d: dict) -> Hit:
+        """A hit as :meth:`to_dict` wrote it (a trace's retrieval event)."""
+        return cls(Passage(str(d.get("id", "")), str(d.get("title") or ""), str(d.get("text") or "")),
+                   float(d.get("score") or 0.0), int(d.get("rank") or 0))
+
 
 @runtime_checkable
 class Retriever(Protocol):

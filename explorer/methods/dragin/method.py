@@ -113,9 +113,9 @@ class Dragin(Method, name="dragin", title="DRAGIN (RIND + QFS)", config=DraginCo
                   "amax": t.amax} for i, t in enumerate(gen.tokens)]
         fired = next((i for i, u in enumerate(units)
                       if u["eligible"] and u["value"] is not None and u["value"] > threshold), None)
-        common.check(rec, span=gen.event_id, signal="rind", threshold=threshold, compare=">", units=units,
-                     fired=fired, rule="first content token with entropy x amax over the threshold", unit="token")
-        return fired
+        return common.check(rec, span=gen.event_id, signal="rind", threshold=threshold, compare=">", units=units,
+                            fired=fired, rule="first content token with entropy x amax over the threshold",
+                            unit="token")
 
     # -- reference --------------------------------------------------------------------------------
     def _run_reference(self, question: str, rec: TraceRecorder) -> tuple[str, list[Hit]]:
@@ -186,12 +186,13 @@ class Dragin(Method, name="dragin", title="DRAGIN (RIND + QFS)", config=DraginCo
         if decision is not None:
             first_word = next(i for i, u in enumerate(units) if u["sentence"] == decision.sentence)
             fired = first_word + decision.over.index(True)
-        common.check(rec, span=gen.event_id, signal="rind-reference", threshold=self.config.threshold, compare=">",
-                     units=units, fired=fired, unit="word", token_attention=[round(v, 6) for v in token_amax],
-                     rule="per sentence: word attention (sum of token amax, normalised to mean 1) x word entropy; "
-                          "the first sentence with a word over the threshold is cut and retrieved for")
-        if decision is None or fired is None:
-            return decision
+        fired = common.check(rec, span=gen.event_id, signal="rind-reference", threshold=self.config.threshold,
+                             compare=">", units=units, fired=fired, unit="word",
+                             token_attention=[round(v, 6) for v in token_amax],
+                             rule="per sentence: word attention (sum of token amax, normalised to mean 1) x word "
+                                  "entropy; the first sentence with a word over the threshold is cut and retrieved for")
+        if decision is None or fired is None:  # None also when a fork suppressed this retrieval
+            return None
         if not any(decision.hits):
             rec.add("note", level="defect",
                     message=f"sentence {decision.sentence} fired, but every word over the threshold is a non-content "

@@ -118,9 +118,10 @@ class Seakr(Method, name="seakr", config=SeakrConfig, variants=("paper", "refere
         unit = {"text": m.greedy.text, "value": u, "eligible": u is not None,
                 "estimates": {n: e.value for n, e in m.estimates.items()},
                 "uncertainty_event": m.event_ids.get(cfg.estimator)}
-        common.check(rec, span=m.batch.event_id, signal=f"U({cfg.estimator})", threshold=cfg.delta, compare=">",
-                     units=[unit], fired=0 if fired else None, unit="step",
-                     rule="retrieve before this step when the uncertainty U(c) of its context exceeds δ")
+        fired = common.check(rec, span=m.batch.event_id, signal=f"U({cfg.estimator})", threshold=cfg.delta,
+                             compare=">", units=[unit], fired=0 if fired else None, unit="step",
+                             rule="retrieve before this step when the uncertainty U(c) of its context exceeds δ"
+                             ) is not None
         if fired:
             rec.add("trigger", span=m.batch.event_id, token_index=0, signal=f"U({cfg.estimator})", value=u,
                     threshold=cfg.delta, token=m.greedy.text, unit="step")
