@@ -40,7 +40,8 @@ log = logging.getLogger("explorer.store")
 
 SUMMARY_COLUMNS = ("run_id", "created_at", "name", "question", "method", "variant", "model", "corpus", "status",
                    "answer", "gold", "evaluation", "dataset", "question_id", "retrievals", "llm_calls",
-                   "forward_passes", "generated_tokens", "discarded_tokens", "sampled_sequences", "wall_time", "error")
+                   "forward_passes", "generated_tokens", "discarded_tokens", "sampled_sequences", "wall_time", "error",
+                   "parent_run_id", "root_run_id")
 _READONLY_FIX = ("copy the file somewhere writable and point --db at the copy, or make the file and its folder "
                  "writable")
 
@@ -64,6 +65,7 @@ def _row(trace: Trace, *, evaluation: str | None, dataset: str | None, question_
         "sampled_sequences": c.sampled_sequences, "wall_time": round(c.total_time, 4), "error": trace.error,
         "config": json.dumps(trace.config, sort_keys=True), "trace_version": trace.version,
         "trace": trace.to_json() if trace_json is None else trace_json,
+        "parent_run_id": (trace.fork or {}).get("parent"), "root_run_id": (trace.fork or {}).get("root"),
     }
 
 
@@ -445,6 +447,32 @@ class RunStore:
                     row["status"] = "interrupted"  # cannot be written here: shown as it will be stored
                 row["tags"] = tags.get(row["run_id"], [])
         return rows
+
+    def family(self, run_id: str) -> list[dict[str, Any]]:
+        """The family of a run: its first run and every fork of it (forks of forks too), oldest first.
+
+        Each row is a summary row (``parent_run_id`` links it to its parent) with the fork's ``at``
+        and ``change`` (None for the first run). A run that was never forked is a family of one.
+        """
+        self._require(run_id)
+        with self._db() as db:
+            found = db.execute("SELECT root_run_id FROM runs WHERE run_id = ?", [run_id]).fetchone()
+            root = (found[0] if found else None) or run_id
+            cur = db.execute(f"SELECT {', '.join(SUMMARY_COLUMNS)}, json_extract(trace, '$.fork.at'), "
+                             "json_extract(trace, '$.fork.change') FROM runs WHERE run_id = ? OR root_run_id = ? "
+                             "ORDER BY created_at, rowid", [root, root])
+            rows = []
+            for r in cur:
+                row = dict(zip(SUMMARY_COLUMNS, r[:-2], strict=True))
+                row["at"], row["change"] = (json.loads(v) if v else None for v in r[-2:])
+                rows.append(row)
+        return rows
+
+    def children(self, run_id: str) -> list[str]:
+        """Run ids of the forks made directly from ``run_id``, oldest first."""
+        with self._db() as db:
+            return [r[0] for r in db.execute("SELECT run_id FROM runs WHERE parent_run_id = ? ORDER BY created_at, "
+                                             "rowid", [run_id])]
 
     def run_keys(self, evaluation: str) -> set[tuple[str, str, str, str]]:
         """(dataset, question_id, method, variant) of the COMPLETE runs of an evaluation: what a resume skips."""

@@ -23,14 +23,15 @@ from explorer.errors import ExplorerError
 
 #: 1: runs, tags, evaluations, meta.
 #: 2: live_runs and live_events, the checkpoints of runs still in progress.
-SCHEMA_VERSION = 2
+#: 3: runs.parent_run_id and runs.root_run_id, the family of a fork (indexed for the family tree).
+SCHEMA_VERSION = 3
 
 RUN_COLUMNS: dict[str, type] = {
     "run_id": str, "created_at": str, "name": str, "question": str, "method": str, "variant": str,
     "model": str, "corpus": str, "status": str, "answer": str, "gold": str, "evaluation": str,
     "dataset": str, "question_id": str, "retrievals": int, "llm_calls": int, "forward_passes": int,
     "generated_tokens": int, "discarded_tokens": int, "sampled_sequences": int, "wall_time": float,
-    "error": str, "config": str, "trace_version": int, "trace": str,
+    "error": str, "config": str, "trace_version": int, "trace": str, "parent_run_id": str, "root_run_id": str,
 }
 TABLES_V1 = ("runs", "tags", "evaluations", "meta")
 LIVE_TABLES = ("live_runs", "live_events")
@@ -136,7 +137,8 @@ def _set_version(conn: sqlite3.Connection, version: int) -> None:
 def _create(conn: sqlite3.Connection) -> None:
     db = sqlite_utils.Database(conn)
     db["runs"].create(RUN_COLUMNS, pk="run_id")
-    for cols in (["created_at"], ["method"], ["model"], ["evaluation", "question_id"], ["status"]):
+    for cols in (["created_at"], ["method"], ["model"], ["evaluation", "question_id"], ["status"],
+                 ["parent_run_id"], ["root_run_id"]):
         db["runs"].create_index(cols)
     db["tags"].create({"run_id": str, "tag": str}, pk=("run_id", "tag"), foreign_keys=[("run_id", "runs", "run_id")])
     db["evaluations"].create({"name": str, "created_at": str, "settings": str, "status": str}, pk="name")
@@ -144,8 +146,18 @@ def _create(conn: sqlite3.Connection) -> None:
     _set_version(conn, SCHEMA_VERSION)
 
 
+def _add_family(conn: sqlite3.Connection) -> None:
+    """Forks name their parent and their family's first run; runs stored before have neither."""
+    have = {r[1] for r in conn.execute("PRAGMA table_info(runs)")}
+    for column in ("parent_run_id", "root_run_id"):
+        if column not in have:
+            conn.execute(f"ALTER TABLE runs ADD COLUMN {column} TEXT")
+    conn.execute("CREATE INDEX IF NOT EXISTS idx_runs_parent_run_id ON runs (parent_run_id)")
+    conn.execute("CREATE INDEX IF NOT EXISTS idx_runs_root_run_id ON runs (root_run_id)")
+
+
 #: Steps from version N to N + 1, each run inside the migration's one transaction.
-MIGRATIONS = {1: _create_live}
+MIGRATIONS = {1: _create_live, 2: _add_family}
 
 
 def backup_path(path: Path, version: int) -> Path:

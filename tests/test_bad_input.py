@@ -298,7 +298,7 @@ def test_an_older_database_is_migrated_with_a_backup_and_nothing_lost(paths, cap
     conn.close()
     assert_intact(str(old))
     with sqlite3.connect(old) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
     conn.close()
 
 

@@ -46,7 +46,7 @@ def _set(path: Path, *sql: str) -> None:
 # -- schema versions ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("sql,version", [("PRAGMA user_version = 3", 3),
+@pytest.mark.parametrize("sql,version", [("PRAGMA user_version = 4", 4),
                                          ("UPDATE meta SET value = '9' WHERE key = 'schema_version'", 9)])
 def test_a_newer_database_is_refused_and_left_untouched(tmp_db: Path, sql: str, version: int) -> None:
     _stored(tmp_db)
@@ -57,7 +57,7 @@ def test_a_newer_database_is_refused_and_left_untouched(tmp_db: Path, sql: str, 
             RunStore(tmp_db, readonly=readonly)
         assert info.value.where == str(tmp_db) and "upgrade the explorer" in info.value.fix
     assert _digest(tmp_db) == before
-    assert not Path(f"{tmp_db}.v2-backup").exists()
+    assert not Path(f"{tmp_db}.v3-backup").exists()
 
 
 def _make_v1(path: Path) -> None:
@@ -81,7 +81,8 @@ def test_an_older_database_is_migrated_in_one_step_after_a_backup(tmp_db: Path) 
     assert {r["run_id"]: store.get(r["run_id"]).to_dict() for r in store.list()} == runs
     with sqlite3.connect(tmp_db) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == store_schema.SCHEMA_VERSION
-        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == "2"
+        version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0]
+        assert version == str(store_schema.SCHEMA_VERSION)
     conn.close()
     assert RunStore(tmp_db).backup is None  # up to date: no second backup
 
