@@ -194,6 +194,10 @@ def measure(engine: Engine, prompt: PromptLike, *, k: int, max_new_tokens: int, 
             raise ConfigError(f"uncertainty estimator {name!r} is unknown", where="estimator",
                               fix=f"use one of {', '.join(ESTIMATORS)}")
     wanted = [primary, *[e for e in estimators if e != primary]]
+    if rec is not None and rec.replay is not None:  # a fork before its divergence: the parent's measurement
+        served = rec.replay.measurement(engine, rec, prompt=prompt, purpose=purpose, primary=primary)
+        if served is not None:
+            return served
     batch = sample(engine, prompt, k=k, max_new_tokens=max_new_tokens, sampling=sampling, stop_strings=stop_strings,
                    sentence_end=sentence_end, hidden=hidden, greedy=True, rec=rec, purpose=purpose,
                    meta={"context": context, **(meta or {})})

@@ -80,14 +80,17 @@ class Replay:
     # -- hooks ------------------------------------------------------------------------------------
     def generation(self, engine: Any, rec: TraceRecorder, *, prompt: str, prompt_ids: list[int],
                    segments: list[tuple[str, int, int]], purpose: str, max_new_tokens: int, attention: bool,
-                   hidden: Any) -> Any:
-        """The parent's span for this call, recorded into the fork, or None to generate it live."""
+                   hidden: Any, batch: bool = False) -> Any:
+        """The parent's span for this call, recorded into the fork, or None to generate it live.
+
+        ``batch``: the greedy row of a sampled context (:meth:`measurement` has checked it).
+        """
         if self.live:
             return None
         at = len(rec.trace.events)
-        if self._past(rec, at):
+        if not batch and self._past(rec, at):
             return None
-        if self.divergence.hook == "generate" and at == self.divergence.event:
+        if not batch and self.divergence.hook == "generate" and at == self.divergence.event:
             self.diverge(rec, at)
             return None
         if hidden is not None:
@@ -95,7 +98,7 @@ class Replay:
         event = self._parent_event(at)
         p = event.payload if event is not None else {}
         if (event is None or event.kind != "generation" or p.get("prompt") != prompt or p.get("purpose") != purpose
-                or "batch" in p or p.get("max_new_tokens", max_new_tokens) != max_new_tokens):
+                or ("batch" in p) != batch or p.get("max_new_tokens", max_new_tokens) != max_new_tokens):
             self.diverge(rec, at, reason=f"the fork's generation {at} differs from its parent's (another prompt)")
             return None
         from explorer.engine.generation import Generation
@@ -114,6 +117,55 @@ class Replay:
         costs.replayed_tokens += len(tokens)
         gen.event_id = rec.add("generation", **{**p, "seconds": 0.0, "replayed": True}).id
         return gen
+
+    def measurement(self, engine: Any, rec: TraceRecorder, *, prompt: Any, purpose: str, primary: str) -> Any:
+        """A sampled context's measurement served from the parent (SEAKR's U), or None to sample it live.
+
+        The parent's greedy span and its ``uncertainty`` events are copied; the samples themselves
+        are not in a trace, and nothing after the measurement reads them.
+        """
+        if self.live:
+            return None
+        at = len(rec.trace.events)
+        if self._past(rec, at):
+            return None
+        if self.divergence.hook == "generate" and at == self.divergence.event:
+            self.diverge(rec, at)
+            return None
+        text, prompt_ids, segments = engine.encode_prompt(prompt)
+        event = self._parent_event(at)
+        p = event.payload if event is not None else {}
+        if event is None or event.kind != "generation" or "batch" not in p or p.get("prompt") != text \
+                or p.get("purpose") != purpose:
+            self.diverge(rec, at, reason=f"the fork's sampled context {at} differs from its parent's")
+            return None
+        from explorer.engine.sampling import SampleBatch
+        from explorer.engine.uncertainty import Estimate, Measurement
+
+        greedy = self.generation(engine, rec, prompt=text, prompt_ids=prompt_ids, segments=segments, purpose=purpose,
+                                 max_new_tokens=int(p.get("max_new_tokens", len(p.get("tokens") or []))),
+                                 attention=False, hidden=None, batch=True)
+        k = int((p.get("batch") or {}).get("k", 0))
+        rec.costs.sampled_sequences += k
+        estimates, ids = {}, {}
+        for later in self.parent.events[at + 1:]:
+            if later.kind == "uncertainty" and later.payload.get("span") == at:
+                ids[later.payload["estimator"]] = rec.add("uncertainty", **later.payload).id
+                details = {key: v for key, v in later.payload.items()
+                           if key not in ("estimator", "value", "primary", "context", "span", "k")}
+                estimates[later.payload["estimator"]] = Estimate(later.payload["estimator"], later.payload["value"],
+                                                                 details)
+            elif later.kind == "note" and later.payload.get("level") == "warning" and ids:
+                rec.add("note", **later.payload)
+            else:
+                break
+        if primary not in estimates:
+            raise ValueError(f"the parent's sampled context {at} has no {primary} estimate")
+        batch = SampleBatch(prompt=text, prompt_ids=prompt_ids, segments=segments, k=k,
+                            seed=int((p.get("batch") or {}).get("seed", 0)), samples=[], empty=0, greedy=greedy,
+                            greedy_energies=[], layer=None, site=None, forward_passes=0, seconds=0.0,
+                            event_id=greedy.event_id)
+        return Measurement(batch=batch, estimates=estimates, primary=primary, event_ids=ids)
 
     def search(self, rec: TraceRecorder, retriever: Retriever,
                query: str) -> tuple[list[Hit], int] | SearchChange | None:
