@@ -86,7 +86,8 @@ def main() -> None:
         drafts = [e for e in parent.events if e.kind == "generation" and e.payload["purpose"] == "draft"]
         gens = [e.id for e in parent.events if e.kind == "generation"]
         checked = {e.payload["span"]: e.payload["fired"] for e in parent.events if e.kind == "check"}
-        for label, span in (("late", drafts[-1]), ("early", drafts[0])):
+        points = [("late", drafts[-1])] + ([("early", drafts[0])] if len(drafts) > 1 else [])
+        for label, span in points:
             n = len(span.payload["tokens"])
             fired = checked.get(span.id)
             token = max(1, min(n - 1, (fired if fired is not None else n) // 2))
@@ -124,7 +125,10 @@ def main() -> None:
                      f"{r['replayed']} |")
     worst = max(r["fork_first"] / r["rerun_point"] for r in rows)
     lines += ["", f"Worst ratio of the fork's first new token to the rerun's time to the same point: **{worst:.2f}** "
-                  "(target below 0.5)."]
+                  "(target below 0.5).", "",
+              "A late point has more of the run before it: the rerun generates all of it token by token, the fork "
+              "copies it. An early point (in the first draft) leaves the fork little to skip: it still encodes "
+              "the span once for the QFS row and then the new prompt with the passages."]
     report = "\n".join(lines)
     print(report)
     write_result(report + "\n", args.out)

@@ -328,6 +328,19 @@ def test_random_model_specs_are_checked() -> None:
             parse_random_spec(bad)
 
 
+def test_the_1b_benchmark_model_builds_and_generates() -> None:
+    """The GPU benchmarks' random:1b model, cut to one layer: same code path, same shape per layer."""
+    from explorer.engine.generation import Engine
+    from explorer.engine.random_models import load_random_model
+
+    lm = load_random_model("random:1b:1", dtype="bfloat16")
+    assert lm.model.config.num_hidden_layers == 1 and lm.model.config.hidden_size == 2048
+    gen = Engine(lm).generate("The capital of France is", max_new_tokens=3, attention=True, ignore_eos=True)
+    assert len(gen.tokens) == 3 and all(t.entropy >= 0 for t in gen.tokens)
+    again = load_random_model("random:1b:1", dtype="bfloat16")
+    assert Engine(again).generate("The capital of France is", max_new_tokens=3, ignore_eos=True).ids == gen.ids
+
+
 def test_workers_open_the_evaluations_retriever_and_attention_backend() -> None:
     """Every setting that picks the runtime travels to the workers in the spec (dense, hybrid, --attn)."""
     from explorer.eval.runtime_spec import runtime_spec

@@ -63,7 +63,7 @@ def random_llama_1b(device: str, dtype: str, layers: int = 16, *, attn_implement
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     from explorer.engine.embedded import embedded_tokenizer_dir
-    from explorer.engine.loader import _make_deterministic
+    from explorer.engine.loader import make_deterministic
 
     started = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(str(embedded_tokenizer_dir()), local_files_only=True)
@@ -77,7 +77,7 @@ def random_llama_1b(device: str, dtype: str, layers: int = 16, *, attn_implement
         torch.manual_seed(0)
         with torch.device(device):
             model = LlamaForCausalLM(config).to(getattr(torch, dtype))
-    _make_deterministic(model, tokenizer)
+    make_deterministic(model, tokenizer)
     return LoadedModel(model=model, tokenizer=tokenizer, name=f"random-llama-{layers}x2048", source="random",
                        dtype=dtype, device=device, attn_implementation=attn_implementation,
                        load_seconds=time.perf_counter() - started, extra={"seed": 0})
