@@ -96,7 +96,7 @@ def test_a_failed_migration_changes_nothing_and_names_the_backup(tmp_db: Path, m
         conn.execute("SELECT * FROM no_such_table")
 
     monkeypatch.setitem(store_schema.MIGRATIONS, 1, broken)
-    with pytest.raises(ExplorerError, match="migrating it from schema version 1 to 2 failed") as info:
+    with pytest.raises(ExplorerError, match="migrating it from schema version 1 to 3 failed") as info:
         RunStore(tmp_db)
     assert "v1-backup" in info.value.what
     with sqlite3.connect(tmp_db) as conn:
