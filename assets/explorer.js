@@ -92,7 +92,7 @@
     root.querySelectorAll(".dre-run[data-view=done] .dre-ret[data-retrieval] .dre-ret-head").forEach(function (head) {
       if (head.querySelector(".dre-fork-btn")) return;
       var b = el("button", { type: "button", "class": "dre-fork-btn", "aria-haspopup": "menu",
-                             title: "Fork this run at this retrieval" }, "⑂ fork…");
+                             title: "Fork this run at this retrieval" }, "⋔ fork…");
       head.appendChild(b);
     });
   };
@@ -353,7 +353,9 @@
   if (!DRE.forkClicks) {
     DRE.forkClicks = true;
     document.addEventListener("click", function (event) {
-      if (menu && !menu.node.contains(event.target) && event.target !== menu.anchor &&
+      // composedPath: a button the click removed from the menu (a passage's ✕) is no longer inside it
+      var inside = menu && event.composedPath && event.composedPath().indexOf(menu.node) >= 0;
+      if (menu && !inside && !menu.node.contains(event.target) && event.target !== menu.anchor &&
           !(event.target.closest && (event.target.closest(".tok") || event.target.closest(".dre-fork-btn")))) {
         DRE.closeForkMenu(false);
       }

@@ -122,15 +122,17 @@ def test_a_fork_from_the_token_menu_opens_beside_its_parent_with_the_diff(page, 
     # History: the family tree of the fork, each node openable; the fork and its parent compare
     page.locator("#tab-history-button").click()
     page.wait_for_selector("#history-runs label", timeout=30_000)
-    page.locator("#history-runs label").first.click()  # newest first: the fork
+    page.locator("#history-runs label").nth(1).click()  # newest first: the parent is second
     page.locator("#history-open").click()
-    page.wait_for_selector("#history-view .dre-forkpair", timeout=30_000)
+    page.wait_for_selector("#history-view [data-panel=family] .dre-fam-node", timeout=30_000)
     nodes = page.locator("#history-view [data-panel=family] .dre-fam-node")
     assert nodes.count() == 2
-    nodes.first.click()  # the parent, alone, with its family below
-    page.wait_for_function("""(id) => { const runs = document.querySelectorAll('#history-view .dre-run');
-        return runs.length === 1 && runs[0].dataset.run === id; }""", arg=parent_id, timeout=30_000)
-    page.locator("#history-runs label").nth(1).click()  # both ticked
+    assert nodes.first.get_attribute("aria-current") == "true"
+    nodes.nth(1).click()  # the fork opens beside its parent, with the diff
+    page.wait_for_selector("#history-view .dre-forkpair", timeout=30_000)
+    assert page.locator("#history-view .dre-forkpair .dre-run").nth(1).get_attribute("data-run") == child_id
+    assert page.locator("#history-view [data-panel=fork]").count() == 1
+    page.locator("#history-runs label").first.click()  # both ticked
     page.locator("#history-compare").click()
     page.wait_for_selector("#history-view [data-panel=compare]", timeout=30_000)
     assert page.locator("#history-view [data-panel=fork]").count() == 1

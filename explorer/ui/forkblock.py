@@ -103,8 +103,10 @@ class ForkControls:
 def build(prefix: str) -> ForkControls:
     """The hidden request components and the line that says how a fork went."""
     hidden = "<span hidden></span>"
-    request = gr.HTML("", html_template=hidden, js_on_load=sender_js(prefix, "fork"), elem_id=f"{prefix}-fork-request")
-    opener = gr.HTML("", html_template=hidden, js_on_load=sender_js(prefix, "open"), elem_id=f"{prefix}-open-request")
+    request = gr.HTML("", html_template=hidden, js_on_load=sender_js(prefix, "fork"), elem_id=f"{prefix}-fork-request",
+                      visible="hidden")
+    opener = gr.HTML("", html_template=hidden, js_on_load=sender_js(prefix, "open"), elem_id=f"{prefix}-open-request",
+                     visible="hidden")
     status = gr.HTML("", elem_id=f"{prefix}-fork-status", js_on_load=None)
     return ForkControls(request, opener, status)
 

@@ -64,7 +64,7 @@ def render(view: TraceView, opts: ViewOptions) -> str:
         elif q is not None and q.payload.get("forced"):
             source += f"; the user's, the method's was {short(q.payload.get('method_query', ''), 200)!r}"
         point = fork_at.get("retrieval") == e.id
-        mark = ' <span class="dre-forkmark" title="a fork diverges here">⑂ fork point</span>' if point else ""
+        mark = ' <span class="dre-forkmark" title="a fork diverges here">⋔ fork point</span>' if point else ""
         cards.append(
             f'<div class="dre-ret{" forkpoint" if point else ""}" id="{view.anchor(e.id)}" data-retrieval="{e.id}" '
             f'style="border-color:{colour}">'

@@ -94,7 +94,7 @@ def _tokens_html(view: TraceView, span: Span, signal: str, lo: float, hi: float,
             classes.append("whatif")
         if i == fork_token:
             classes.append("forkpoint")
-            flag += '<span class="dre-forkmark" title="a fork diverges here">⑂</span>'
+            flag += '<span class="dre-forkmark" title="a fork diverges here">⋔</span>'
         text = str(token.get("text", "")).replace("\n", "↵\n")
         colour = heat(_intensity(view.token_value(span, token, signal), signal, lo, hi))
         parts.append(f'{flag}<span class="{" ".join(classes)}" data-i="{i}" style="background:{colour}" '
@@ -207,6 +207,6 @@ def render(view: TraceView, opts: ViewOptions, decisions: list[whatif.Decision] 
               '<span class="dre-key"><span class="dre-k fired">⚑ fired retrieval</span>'
               '<span class="dre-k cut">cut away</span>'
               + ('<span class="dre-k whatif">would fire at θ\'</span>' if marks else "")
-              + ('<span class="dre-k forkpoint">⑂ fork point</span>' if fork_span is not None else "")
+              + ('<span class="dre-k forkpoint">⋔ fork point</span>' if fork_span is not None else "")
               + "</span></div>")
     return section("Output, token by token", legend + f'<div class="dre-strip">{body}</div>', panel="strip")
