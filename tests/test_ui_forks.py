@@ -250,3 +250,16 @@ def test_render_runs_marks_a_parent_shown_beside_its_running_fork(family):
     _, parent, child, _ = family
     html = render_runs([parent], fork_marks={parent.run_id: child.fork["at"]})
     assert _marked(html) == 1
+
+
+def test_the_fork_panels_link_to_their_help_paragraphs(family):
+    from explorer.paths import ASSETS_DIR
+    from explorer.ui.html import HELP_ANCHORS
+
+    store, parent, child, _ = family
+    help_text = (ASSETS_DIR / "help.md").read_text(encoding="utf-8")
+    for panel, html in (("fork", fork_panel.render(parent, child)),
+                        ("family", fork_panel.render_family(store.family(parent.run_id)))):
+        anchor = HELP_ANCHORS[panel]
+        assert f'id="{anchor}"' in help_text
+        assert f'data-help="{anchor}"' in html

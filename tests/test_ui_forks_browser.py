@@ -34,6 +34,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow,
                                  reason=f"{CHROMIUM} is missing: `make browser` (apt-get install chromium)")]
 
 MENU = ".dre-forkmenu"
+DEMO_Q = "What is the seating capacity of the arena where the Lewiston Maineiacs played their home games?"
 VIEW = "#run-view"
 
 
@@ -177,3 +178,36 @@ def test_retrieval_menu_keyboard_path_and_a_refused_fork(page, app):
     page.wait_for_function("document.querySelector('#run-fork-status .dre-error')", timeout=120_000)
     message = page.locator("#run-fork-status").inner_text()
     assert "threshold" in message and "Traceback" not in message
+
+
+def test_the_fork_endpoint_through_gradio_client(app):
+    """/fork forks a stored run by its token or retrieval and answers with the fork's summary and facts."""
+    from gradio_client import Client
+
+    client = Client(app.url, verbose=False)
+    summary = client.predict(DEMO_Q, "dragin", "", '{"max_length": 24, "fewshot": 2, "answer_tokens": 8, '
+                             '"threshold": 0.3}', api_name="/run")
+    parent = RunStore(app.db).get(summary["run_id"])
+    retrieval = next(e.id for e in parent.events if e.kind == "retrieval")
+    fork = client.predict(parent.run_id, "", retrieval, "suppress_retrieval", api_name="/fork")
+    assert fork["status"] == "complete" and fork["run_id"] != parent.run_id
+    facts = fork["fork"]
+    assert facts["parent_run_id"] == parent.run_id and facts["root_run_id"] == parent.run_id
+    assert facts["at"] == {"retrieval": retrieval} and facts["change"] == {"kind": "suppress_retrieval"}
+    assert facts["depth"] == 1 and facts["parent_answer"] == parent.answer
+    assert fork["costs"]["replayed_tokens"] > 0
+    child = RunStore(app.db).get(fork["run_id"])
+    assert child.costs.retrievals < parent.costs.retrievals or any(
+        e.payload.get("suppressed") for e in child.events if e.kind == "retrieval")
+
+    # the change as JSON; a fork of the fork goes one level deeper
+    span = next(e.id for e in child.events if e.kind == "generation")
+    again = client.predict(child.run_id, f"{span}:0", None, '{"kind": "none"}', api_name="/fork")
+    assert again["fork"]["depth"] == 2 and again["fork"]["root_run_id"] == parent.run_id
+
+    # a point resolve refuses: its message, no traceback, and nothing stored
+    before = len(RunStore(app.db).list())
+    with pytest.raises(Exception) as caught:
+        client.predict(parent.run_id, "", 0, "edit_query", "x", api_name="/fork")
+    assert "not a retrieval event" in str(caught.value) and "Traceback" not in str(caught.value)
+    assert len(RunStore(app.db).list()) == before
