@@ -242,7 +242,7 @@ class RunController:
                     del self._cancels[session]
 
     # -- forks ----------------------------------------------------------------------------------------
-    def _fork_runtime(self, parent: Trace) -> Runtime:
+    def fork_runtime(self, parent: Trace) -> Runtime:
         """The loaded runtime, joined to the retriever the parent searched with when it is another of the corpus."""
         runtime = self.runtime.get()
         recorded = (parent.corpus or {}).get("retriever_config") if isinstance(parent.corpus, dict) else None
@@ -263,7 +263,7 @@ class RunController:
         from explorer.forks import fork_run
 
         self._fork_check(parent, plan)
-        return fork_run(parent, plan, self._fork_runtime(parent), journal=RunJournal(self.store))
+        return fork_run(parent, plan, self.fork_runtime(parent), journal=RunJournal(self.store))
 
     def stream_fork(self, parent: Trace, plan: ForkPlan, *, session: str, signal: str = "prob") -> Iterator[Update]:
         """Fork ``parent`` as ``plan`` says, streaming the fork beside its parent (divergence marked in both)."""
@@ -284,7 +284,7 @@ class RunController:
             inbox.put((kind, 0, data))
 
         try:
-            runtime = self._fork_runtime(parent)
+            runtime = self.fork_runtime(parent)
             inbox.put(("start", 0, None))
             trace = fork_run(parent, plan, runtime, listeners=[listener], cancel=cancel, journal=RunJournal(self.store))
             inbox.put(("done", 0, trace.run_id))

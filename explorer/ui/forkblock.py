@@ -85,7 +85,7 @@ def menu_functions(cache: TraceCache, forker: Forker) -> list[Callable[..., Any]
             if not holder.ready:
                 raise ExplorerError("the model and corpus are still loading", where="passage search",
                                     fix="try again in a moment")
-            runtime = forker.controller._fork_runtime(cache.get(str(run_id)))  # noqa: SLF001 - same package
+            runtime = forker.controller.fork_runtime(cache.get(str(run_id)))
             return {"passages": forking.search_passages(runtime.retriever, str(text or ""))}
         except Exception as exc:  # noqa: BLE001
             return _error(exc)
