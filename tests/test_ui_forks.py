@@ -263,3 +263,17 @@ def test_the_fork_panels_link_to_their_help_paragraphs(family):
         anchor = HELP_ANCHORS[panel]
         assert f'id="{anchor}"' in help_text
         assert f'data-help="{anchor}"' in html
+
+
+def test_a_fork_on_another_model_is_refused_with_the_reason_not_a_traceback(family, runtime):
+    from explorer.ui.controller import RunController, RuntimeHolder
+
+    store, parent, _, _ = family
+    other = dataclasses.replace(copy.deepcopy(parent), model={**parent.model, "name": "another-model"})
+    controller = RunController(store, RuntimeHolder(lambda: runtime, describe="tiny model"))
+    before = len(store.list())
+    plan = ForkPlan(other.run_id, ForkPoint(span=_free_token(parent)[0]), ForkChange("none"))
+    final = list(controller.stream_fork(other, plan, session="s"))[-1]
+    assert final.done and final.run_ids == []
+    assert "dre-error" in final.status and "another model" in final.status and "Traceback" not in final.status
+    assert len(store.list()) == before  # nothing stored
