@@ -379,6 +379,20 @@ class RunStore:
             if db["runs"].count_where("run_id = ?", [run_id]) == 0:
                 raise self._missing(run_id)
 
+    def resolve_id(self, text: str) -> str:
+        """The run id that ``text`` is, or the one run id it starts (as short ids are shown); else a clear error."""
+        text = (text or "").strip()
+        with self._db() as db:
+            found = [r[0] for r in db.execute("SELECT run_id FROM runs WHERE run_id = ? OR run_id LIKE ? LIMIT 3",
+                                              [text, text.replace("%", "").replace("_", "") + "%"])]
+        if text in found:
+            return text
+        if len(found) == 1 and len(text) >= 4:
+            return found[0]
+        if not found or len(text) < 4:
+            raise self._missing(text)
+        raise ExplorerError(f"{text!r} starts more than one run id", where="run id", fix="give more of the id")
+
     def get(self, run_id: str) -> Trace:
         """The stored trace, exactly as it was saved; a run in progress up to its last checkpoint."""
         with self._db() as db:

@@ -361,10 +361,8 @@ class Engine:
     def _span_cache(self, gen: Generation) -> Any:
         """The KV cache of a span served from a trace (a fork's replay): one pass over its prompt and tokens."""
         with self.lock, torch.inference_mode():
-            cache = self.new_cache()
             self.probe.active = False
-            self._forward(torch.tensor([list(gen.prompt_ids) + list(gen.ids)], device=self.device), cache,
-                          logits=False)
+            cache, _ = self._prefill(list(gen.prompt_ids) + list(gen.ids))
         return cache
 
     def _loop(self, req: _Request, rec: TraceRecorder | None) -> Generation:

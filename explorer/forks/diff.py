@@ -64,7 +64,7 @@ class ForkDiff:
 
 def divergence(child: Trace) -> tuple[int | None, int | None]:
     """(the parent's event id, the child's fork event id) where ``child`` stopped replaying."""
-    event = next((e for e in child.events if e.kind == "fork"), None)
+    event = next((e for e in child.events if e.kind == "fork" and not e.payload.get("inherited")), None)
     if event is None:
         return None, None
     return int(event.payload.get("parent_event", event.id)), event.id

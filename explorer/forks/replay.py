@@ -70,6 +70,18 @@ class Replay:
             for name, value in self.plan.change.params.items():
                 setattr(self.config, name, value)
 
+    def carry_markers(self, rec: TraceRecorder) -> None:
+        """Copy the parent's own fork markers (a fork of a fork) where they stand, so the ids stay aligned."""
+        while not self.live:
+            event = self._parent_event(len(rec.trace.events))
+            if event is None or event.kind != "fork":
+                return
+            rec.add("fork", **{**event.payload, "inherited": True})
+            change = event.payload.get("change") or {}
+            if change.get("kind") == "set_params":  # the parent changed parameters here: so does its fork
+                for name, value in (change.get("params") or {}).items():
+                    setattr(self.config, name, value)
+
     def _past(self, rec: TraceRecorder, at: int) -> bool:
         """Whether the fork has gone past its divergence point without the planned call (then it goes live)."""
         if at > self.divergence.event:
@@ -87,6 +99,8 @@ class Replay:
         """
         if self.live:
             return None
+        if not batch:
+            self.carry_markers(rec)
         at = len(rec.trace.events)
         if not batch and self._past(rec, at):
             return None
@@ -126,6 +140,7 @@ class Replay:
         """
         if self.live:
             return None
+        self.carry_markers(rec)
         at = len(rec.trace.events)
         if self._past(rec, at):
             return None
@@ -170,6 +185,7 @@ class Replay:
     def search(self, rec: TraceRecorder, retriever: Retriever,
                query: str) -> tuple[list[Hit], int] | SearchChange | None:
         """A replayed search (its hits and retrieval event id), the diverging search's change, or None (live)."""
+        self.carry_markers(rec)
         at = len(rec.trace.events)  # the query event's id; its retrieval event comes next
         if self.live:
             if self.forced_query is not None:
@@ -220,7 +236,15 @@ class Replay:
     def decide(self, rec: TraceRecorder, span: int | None, fired: int | None) -> tuple[int | None, dict[str, Any]]:
         """The unit a check fires at (the method's, or the fork's at its point) and what to add to the check event."""
         d = self.divergence
-        if self.live or d.hook != "check" or span != d.event:
+        self.carry_markers(rec)
+        if self.live:
+            return fired, {}
+        if d.hook != "check" or span != d.event:
+            # Before the point the parent's decision stands, its own fork's override included.
+            held = self._parent_event(len(rec.trace.events))
+            if held is not None and held.kind == "check" and held.payload.get("span") == span:
+                override = held.payload.get("fork_override")
+                return held.payload.get("fired"), ({"fork_override": override} if override else {})
             return fired, {}
         self.diverge(rec, d.event)
         if not d.override:
