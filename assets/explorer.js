@@ -67,6 +67,301 @@
     });
   }
 
+  /* ---- Forks (the app only: a view bound to the server; an offline report has none) ----
+   * A token of a finished run's strip, or a retrieval card's "fork" button, opens a small menu of
+   * what the server says resolve() accepts there (refused actions show their message). The
+   * chosen fork is sent to the server through a hidden component (DRE.senders). Keyboard: Tab to
+   * a strip, arrow keys move between tokens, Enter opens the menu, Escape closes it. */
+  DRE.senders = DRE.senders || {};
+  var menu = null;
+
+  function el(tag, attrs, text) {
+    var node = document.createElement(tag);
+    Object.keys(attrs || {}).forEach(function (k) { node.setAttribute(k, attrs[k]); });
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    return node;
+  }
+
+  DRE.prepareView = function (root, bound) {
+    if (!bound || !bound.forks || !bound.server) return;
+    root.querySelectorAll(".dre-run[data-view=done] .dre-strip").forEach(function (strip) {
+      if (strip.getAttribute("tabindex") !== null) return;
+      strip.setAttribute("tabindex", "0");
+      strip.setAttribute("aria-label", "Output tokens: arrow keys move between tokens, Enter opens the fork menu");
+    });
+    root.querySelectorAll(".dre-run[data-view=done] .dre-ret[data-retrieval] .dre-ret-head").forEach(function (head) {
+      if (head.querySelector(".dre-fork-btn")) return;
+      var b = el("button", { type: "button", "class": "dre-fork-btn", "aria-haspopup": "menu",
+                             title: "Fork this run at this retrieval" }, "⋔ fork…");
+      head.appendChild(b);
+    });
+  };
+
+  function tokenTarget(node) {
+    var tok = node.closest ? node.closest(".tok") : null;
+    if (!tok) return null;
+    var span = tok.closest(".dre-span"), run = tok.closest(".dre-run");
+    if (!span || !run || run.getAttribute("data-view") !== "done" || span.classList.contains("group")) return null;
+    var sid = parseInt(span.getAttribute("data-span"), 10), ti = parseInt(tok.getAttribute("data-i"), 10);
+    if (isNaN(sid) || sid < 0 || isNaN(ti)) return null;
+    return { run: run.getAttribute("data-run"), where: { span: sid, token: ti }, anchor: tok,
+             label: "token " + ti + " of span " + sid + " (" + JSON.stringify(tok.textContent) + ")" };
+  }
+
+  function retrievalTarget(node) {
+    var btn = node.closest ? node.closest(".dre-fork-btn") : null;
+    if (!btn) return null;
+    var card = btn.closest(".dre-ret"), run = btn.closest(".dre-run");
+    if (!card || !run) return null;
+    var rid = parseInt(card.getAttribute("data-retrieval"), 10);
+    return { run: run.getAttribute("data-run"), where: { retrieval: rid }, anchor: btn, label: "retrieval event " + rid };
+  }
+
+  DRE.closeForkMenu = function (refocus) {
+    if (!menu) return;
+    var anchor = menu.anchor;
+    menu.node.remove();
+    menu = null;
+    if (refocus && anchor && anchor.isConnected) anchor.focus();
+  };
+
+  function send(bound, name, payload) {
+    var fn = DRE.senders[bound.prefix + ":" + name];
+    if (fn) fn(Object.assign({ nonce: Date.now() }, payload));
+    return !!fn;
+  }
+
+  function status(text, error) {
+    if (!menu) return;
+    var line = menu.node.querySelector(".dre-fm-status");
+    line.textContent = text || "";
+    line.classList.toggle("dre-error", !!error);
+  }
+
+  function fork(bound, target, change) {
+    if (send(bound, "fork", { run_id: target.run, at: target.where, change: change })) {
+      DRE.closeForkMenu(false);
+    } else {
+      status("This page cannot fork (reload it).", true);
+    }
+  }
+
+  function passageItem(p, list) {
+    var li = el("li", { "data-id": p.id, "class": "dre-fm-passage" });
+    li.appendChild(el("code", {}, p.id));
+    li.appendChild(el("span", { "class": "dre-fm-ptitle" }, " " + (p.title || "")));
+    [["↑", "move up"], ["↓", "move down"], ["✕", "remove"]].forEach(function (b) {
+      var btn = el("button", { type: "button", "class": "dre-fm-small", "aria-label": b[1] + " " + p.id, title: b[1] }, b[0]);
+      btn.addEventListener("click", function () {
+        if (b[0] === "✕") li.remove();
+        else if (b[0] === "↑" && li.previousElementSibling) list.insertBefore(li, li.previousElementSibling);
+        else if (b[0] === "↓" && li.nextElementSibling) list.insertBefore(li.nextElementSibling, li);
+        btn.focus();
+      });
+      li.appendChild(btn);
+    });
+    return li;
+  }
+
+  function formFor(action, bound, target) {
+    var form = el("div", { "class": "dre-fm-form", "data-kind": action.kind });
+    var go = el("button", { type: "button", "class": "dre-fm-go" }, "Fork");
+    var collect;
+    if (action.needs === "query") {
+      var label = action.required ? "Query (required)" : "Query (optional: empty uses the method's own query)";
+      var id = "dre-fm-q-" + Date.now();
+      form.appendChild(el("label", { "for": id }, label));
+      var input = el("input", { id: id, type: "text", "class": "dre-fm-query" });
+      input.value = action.query || "";
+      input.addEventListener("keydown", function (e) { if (e.key === "Enter") go.click(); });
+      form.appendChild(input);
+      if (action.message) form.appendChild(el("p", { "class": "dre-fm-why" }, action.message));
+      collect = function () {
+        var q = input.value.trim();
+        if (action.required && !q) { status("Type a query first.", true); return null; }
+        return q ? { kind: action.kind, query: q } : { kind: action.kind };
+      };
+    } else if (action.needs === "params") {
+      var inputs = [];
+      action.params.forEach(function (p) {
+        var pid = "dre-fm-p-" + p.name + "-" + Date.now();
+        var row = el("div", { "class": "dre-fm-param" });
+        row.appendChild(el("label", { "for": pid, title: p.help || "" }, p.name));
+        var box = el("input", { id: pid, type: "number", step: "any", "data-name": p.name });
+        box.value = p.value;
+        row.appendChild(box);
+        form.appendChild(row);
+        inputs.push([p, box]);
+      });
+      form.appendChild(el("p", { "class": "dre-fm-why" }, "Applied from this span on; the text before it is replayed."));
+      collect = function () {
+        var params = {};
+        inputs.forEach(function (pair) {
+          if (pair[1].value !== "" && Number(pair[1].value) !== Number(pair[0].value)) params[pair[0].name] = pair[1].value;
+        });
+        if (!Object.keys(params).length) { status("Change at least one value.", true); return null; }
+        return { kind: action.kind, params: params };
+      };
+    } else if (action.needs === "passages") {
+      var list = el("ol", { "class": "dre-fm-passages", "aria-label": "passages the model gets, in order" });
+      action.passages.forEach(function (p) { list.appendChild(passageItem(p, list)); });
+      form.appendChild(list);
+      var sid = "dre-fm-s-" + Date.now();
+      form.appendChild(el("label", { "for": sid }, "Add a passage: search the corpus (words or a passage id)"));
+      var search = el("input", { id: sid, type: "search", "class": "dre-fm-search" });
+      var find = el("button", { type: "button", "class": "dre-fm-find" }, "Search");
+      var found = el("ul", { "class": "dre-fm-found", "aria-live": "polite" });
+      var run = function () {
+        found.textContent = "searching …";
+        bound.server.find_passages(target.run, search.value).then(function (answer) {
+          found.textContent = "";
+          if (answer && answer.error) { found.textContent = answer.error; return; }
+          ((answer && answer.passages) || []).forEach(function (p) {
+            var li = el("li", {});
+            var add = el("button", { type: "button", "class": "dre-fm-add", "data-id": p.id,
+                                     "aria-label": "add passage " + p.id }, "+ add");
+            add.addEventListener("click", function () {
+              if (!list.querySelector('[data-id="' + CSS.escape(p.id) + '"]')) list.appendChild(passageItem(p, list));
+              add.disabled = true;
+            });
+            li.appendChild(add);
+            li.appendChild(el("code", {}, " " + p.id + " "));
+            li.appendChild(el("b", {}, p.title || ""));
+            li.appendChild(el("span", { "class": "dre-fm-ptext" }, " " + (p.text || "")));
+            found.appendChild(li);
+          });
+          if (!found.children.length) found.textContent = "no passage found";
+        }, function () { found.textContent = "the search failed"; });
+      };
+      find.addEventListener("click", run);
+      search.addEventListener("keydown", function (e) { if (e.key === "Enter") { e.preventDefault(); run(); } });
+      form.appendChild(search);
+      form.appendChild(find);
+      form.appendChild(found);
+      collect = function () {
+        var ids = Array.prototype.map.call(list.querySelectorAll("li[data-id]"), function (li) {
+          return li.getAttribute("data-id");
+        });
+        return { kind: action.kind, passages: ids };
+      };
+    } else {
+      collect = function () { return { kind: action.kind }; };
+    }
+    go.addEventListener("click", function () {
+      var change = collect();
+      if (change) fork(bound, target, change);
+    });
+    form.appendChild(go);
+    return form;
+  }
+
+  function openMenu(bound, target) {
+    DRE.closeForkMenu(false);
+    var node = el("div", { "class": "dre-forkmenu", role: "dialog", "aria-label": "Fork this run" });
+    node.appendChild(el("div", { "class": "dre-fm-title" }, "Fork at " + target.label));
+    var items = el("div", { role: "menu", "class": "dre-fm-items" });
+    node.appendChild(items);
+    node.appendChild(el("div", { "class": "dre-fm-status", role: "status" }, "checking what this point allows …"));
+    var close = el("button", { type: "button", "class": "dre-fm-close", "aria-label": "close the fork menu" }, "×");
+    close.addEventListener("click", function () { DRE.closeForkMenu(true); });
+    node.appendChild(close);
+    var r = target.anchor.getBoundingClientRect();
+    node.style.left = Math.max(4, Math.min(r.left + window.scrollX, window.scrollX + document.documentElement.clientWidth - 380)) + "px";
+    node.style.top = (r.bottom + window.scrollY + 4) + "px";
+    document.body.appendChild(node);
+    menu = { node: node, anchor: target.anchor };
+    node.addEventListener("keydown", function (e) {
+      if (e.key === "Escape") { e.preventDefault(); DRE.closeForkMenu(true); return; }
+      if ((e.key === "ArrowDown" || e.key === "ArrowUp") && e.target.getAttribute("role") === "menuitem") {
+        var enabled = Array.prototype.filter.call(items.querySelectorAll("[role=menuitem]"), function (b) { return !b.disabled; });
+        var i = enabled.indexOf(e.target) + (e.key === "ArrowDown" ? 1 : -1);
+        if (enabled.length) enabled[(i + enabled.length) % enabled.length].focus();
+        e.preventDefault();
+      }
+    });
+    bound.server.fork_menu(target.run, target.where).then(function (answer) {
+      if (!menu || menu.node !== node) return;
+      if (!answer || answer.error) { status((answer && answer.error) || "no answer from the server", true); close.focus(); return; }
+      status("");
+      answer.actions.forEach(function (action) {
+        var b = el("button", { type: "button", role: "menuitem", "data-kind": action.kind }, action.label);
+        if (!action.ok) {
+          b.disabled = true;
+          b.setAttribute("aria-disabled", "true");
+          b.title = action.message;
+        }
+        items.appendChild(b);
+        if (!action.ok) items.appendChild(el("div", { "class": "dre-fm-why" }, action.message));
+        b.addEventListener("click", function () {
+          var old = node.querySelector(".dre-fm-form");
+          if (old) old.remove();
+          if (!action.needs) { fork(bound, target, { kind: action.kind }); return; }
+          var form = formFor(action, bound, target);
+          node.insertBefore(form, node.querySelector(".dre-fm-status"));
+          var first = form.querySelector("input, button");
+          if (first) first.focus();
+        });
+      });
+      var firstItem = items.querySelector("[role=menuitem]:not([disabled])");
+      (firstItem || close).focus();
+    }, function () { status("the server did not answer", true); });
+  }
+
+  DRE.viewClick = function (event, root, bound) {
+    var node = event.target;
+    var fam = node.closest ? node.closest(".dre-fam-node") : null;
+    if (fam) {
+      send(bound, "open", { run_id: fam.getAttribute("data-open-run") });
+      return;
+    }
+    if (!bound.forks || !bound.server) return;
+    var target = retrievalTarget(node) || tokenTarget(node);
+    if (target) {
+      event.preventDefault();
+      openMenu(bound, target);
+    }
+  };
+
+  DRE.viewKey = function (event, root, bound) {
+    if (!bound.forks || !bound.server) return;
+    var node = event.target;
+    var strip = node.closest ? node.closest(".dre-strip") : null;
+    if (!strip) return;
+    var toks = Array.prototype.slice.call(strip.querySelectorAll(".dre-span:not(.group) .tok"));
+    if (!toks.length) return;
+    var at = toks.indexOf(node);
+    var next = null;
+    if (event.key === "ArrowRight") next = toks[Math.min(at + 1, toks.length - 1)];
+    else if (event.key === "ArrowLeft") next = toks[Math.max(at - 1, 0)];
+    else if (event.key === "Home") next = toks[0];
+    else if (event.key === "End") next = toks[toks.length - 1];
+    else if (event.key === "Enter" || event.key === " " || event.key === "ContextMenu") {
+      if (at < 0) { next = toks[0]; }
+      else {
+        var target = tokenTarget(node);
+        if (target) { event.preventDefault(); openMenu(bound, target); }
+        return;
+      }
+    }
+    if (next) {
+      event.preventDefault();
+      next.setAttribute("tabindex", "-1");
+      next.focus();
+    }
+  };
+
+  if (!DRE.forkClicks) {
+    DRE.forkClicks = true;
+    document.addEventListener("click", function (event) {
+      // composedPath: a button the click removed from the menu (a passage's ✕) is no longer inside it
+      var inside = menu && event.composedPath && event.composedPath().indexOf(menu.node) >= 0;
+      if (menu && !inside && !menu.node.contains(event.target) && event.target !== menu.anchor &&
+          !(event.target.closest && (event.target.closest(".tok") || event.target.closest(".dre-fork-btn")))) {
+        DRE.closeForkMenu(false);
+      }
+    });
+  }
+
   DRE.render = function (root) {
     if (!window.Plotly) {
       setTimeout(function () { DRE.render(root); }, 100);

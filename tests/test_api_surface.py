@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from explorer.ui.api import ENDPOINTS, ModelStatus, RunCosts, RunSummary
+from explorer.ui.api import ENDPOINTS, ForkFacts, ForkSummary, ModelStatus, RunCosts, RunSummary
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,7 @@ def test_every_endpoint_is_described_and_its_answer_typed(api_info, name: str) -
     assert answer["type"].get("type") == "object"
 
 
-@pytest.mark.parametrize(("name", "typed"), [("/run", RunSummary), ("/status", ModelStatus)])
+@pytest.mark.parametrize(("name", "typed"), [("/run", RunSummary), ("/status", ModelStatus), ("/fork", ForkSummary)])
 def test_answers_list_their_fields(api_info, name: str, typed: type) -> None:
     schema = api_info["named_endpoints"][name]["returns"][0]["type"]
     assert set(schema["properties"]) == set(typed.__annotations__)
@@ -48,3 +48,9 @@ def test_run_costs_match_the_trace_costs() -> None:
     from explorer.trace import Costs
 
     assert set(RunCosts.__annotations__) == set(Costs().to_dict())
+
+
+def test_fork_answers_are_the_run_summary_plus_fork_facts(api_info) -> None:
+    schema = api_info["named_endpoints"]["/fork"]["returns"][0]["type"]
+    assert set(RunSummary.__annotations__) < set(schema["properties"])
+    assert set(schema["properties"]["fork"]["properties"]) == set(ForkFacts.__annotations__)

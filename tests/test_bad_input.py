@@ -337,6 +337,15 @@ API_CASES = [
     ApiCase("fetch-path-traversal", "/fetch_run", ("../../etc/passwd",), ("no run with id",)),
     ApiCase("fetch-sql", "/fetch_run", ("' OR 1=1 --",), ("no run with id",)),
     ApiCase("fetch-long-id", "/fetch_run", ("a" * 5000,), ("too long for a run id",)),
+    ApiCase("fork-unknown-id", "/fork", ("0123456789abcdef0123456789abcdef", "3:1"), ("no run with id",)),
+    ApiCase("fork-no-point", "/fork", ("0123456789abcdef0123456789abcdef",), ("no fork point given",)),
+    ApiCase("fork-bad-at", "/fork", ("0123456789abcdef0123456789abcdef", "seven"), ("is not SPAN:TOKEN",)),
+    ApiCase("fork-unknown-change", "/fork", ("0123456789abcdef0123456789abcdef", "3:1", None, "explode"),
+            ("unknown fork change 'explode'",)),
+    ApiCase("fork-change-not-json", "/fork", ("0123456789abcdef0123456789abcdef", "3:1", None, '{"kind": '),
+            ("the change is not valid JSON",)),
+    ApiCase("fork-params-not-pairs", "/fork", ("0123456789abcdef0123456789abcdef", "3:1", None, "set_params", "",
+                                                "threshold"), ("is not NAME=VALUE",)),
 ]
 
 

@@ -1,4 +1,5 @@
-"""The app's scripting API (``gradio_client``): ``/run`` a method on a question, ``/fetch_run`` a stored trace.
+"""The app's scripting API (``gradio_client``): ``/run`` a method on a question, ``/fetch_run`` a stored trace,
+``/fork`` a stored run at a token or a retrieval.
 
 ::
 
@@ -7,6 +8,8 @@
     summary = client.predict("Who lived longer, ...?", "dragin", "paper", '{"threshold": 0.3}', api_name="/run")
     trace = client.predict(summary["run_id"], api_name="/fetch_run")
     client.predict(api_name="/status")  # {"state": "ready", "message": ..., "forward_passes": N}
+    fork = client.predict(summary["run_id"], "7:3", None, "force_retrieval", api_name="/fork")
+    fork["fork"]["same_answer"], fork["fork"]["parent_event"]  # where it diverged, whether the answer moved
 
 ``/run`` shares the model's queue slot with the browser's Run button, so scripted and
 interactive runs never use the model at once. Bad input comes back as an error carrying the
@@ -33,7 +36,7 @@ from explorer.ui.controls import RunSpec, build_specs, params
 log = logging.getLogger("explorer.ui")
 MAX_RUN_ID = 64
 #: The scripting API: these endpoints and no others are public (every other event is the page's own).
-ENDPOINTS = ("/run", "/status", "/fetch_run")
+ENDPOINTS = ("/run", "/status", "/fetch_run", "/fork")
 
 
 class RunCosts(TypedDict):
@@ -46,6 +49,9 @@ class RunCosts(TypedDict):
     discarded_tokens: int
     sampled_sequences: int
     prompt_tokens: int
+    replayed_spans: int
+    replayed_tokens: int
+    reused_retrievals: int
     wall_time: dict[str, float]
     total_time: float
 
@@ -59,6 +65,33 @@ class RunSummary(TypedDict):
     output: str
     error: str | None
     costs: RunCosts
+
+
+class ForkFacts(TypedDict):
+    """Where a fork came from and how it differs from its parent (:func:`explorer.forks.diff.diff_runs`)."""
+
+    parent_run_id: str
+    root_run_id: str
+    depth: int
+    at: dict[str, int]
+    change: dict[str, Any]
+    parent_event: int | None
+    child_event: int | None
+    same_answer: bool
+    first_difference: int | None
+    parent_answer: str
+
+
+class ForkSummary(TypedDict):
+    """``/fork``'s answer: the fork's RunSummary fields plus its fork facts."""
+
+    run_id: str
+    status: str
+    answer: str
+    output: str
+    error: str | None
+    costs: RunCosts
+    fork: ForkFacts
 
 
 class ModelStatus(TypedDict):
@@ -130,8 +163,37 @@ def run_settings(controller: RunController, model: str, question: str, method: s
     return controller.run_one(question, spec)
 
 
-def register(controller: RunController, store: RunStore, model: str) -> None:
-    """Add the named endpoints to the Blocks being built."""
+def _summary(trace: Trace) -> dict[str, Any]:
+    return {"run_id": trace.run_id, "status": trace.status, "answer": trace.answer, "output": trace.output,
+            "error": hide_paths(trace.error), "costs": trace.costs.to_dict()}
+
+
+def _run_key(run_id: Any) -> str:
+    key = _text(run_id, "run_id", "the run_id that /run returned").strip()
+    if not key:
+        raise ExplorerError("no run id given", where="run_id", fix="pass the run_id that /run returned")
+    if len(key) > MAX_RUN_ID:
+        raise ExplorerError(f"{len(key)} characters is too long for a run id", where="run_id",
+                            fix="pass the run_id that /run returned (32 hex digits)")
+    return key
+
+
+def fork_plan(run_id: Any, at: Any, retrieval: Any, change: Any, query: Any, params: Any, passages: Any) -> Any:
+    """What ``/fork`` forks: the point from ``at`` or ``retrieval``, the change as a kind or JSON plus typed fields."""
+    from explorer.forks import ForkPlan
+    from explorer.ui import forking
+
+    point = forking.point_of(at=_text(at, "at", "'7:3'").strip() if retrieval in (None, "", -1) else None,
+                             retrieval=retrieval)
+    return ForkPlan(parent=_run_key(run_id), point=point,
+                    change=forking.change_of(_text(change, "change", "'force_retrieval'") or "none",
+                                             query=_text(query, "query", "'who built the arena'") or None,
+                                             params=_text(params, "params", "'threshold=0.8'"),
+                                             passages=_text(passages, "passages", "'id1, id2'") or None))
+
+
+def register(controller: RunController, store: RunStore, model: str, *, cache: Any = None) -> None:
+    """Add the named endpoints to the Blocks being built (``cache``: stored and recorded runs by id, for /fork)."""
 
     def run(question: str, method: str = "dragin", variant: str = "", settings: str = "{}") -> RunSummary:
         """Run one method on one question, store the run, and return its id, status, answer and costs.
@@ -160,13 +222,7 @@ def register(controller: RunController, store: RunStore, model: str) -> None:
             run_id: the run_id that /run returned (or one shown in History)
         """
         def body() -> dict[str, Any]:
-            key = _text(run_id, "run_id", "the run_id that /run returned").strip()
-            if not key:
-                raise ExplorerError("no run id given", where="run_id", fix="pass the run_id that /run returned")
-            if len(key) > MAX_RUN_ID:
-                raise ExplorerError(f"{len(key)} characters is too long for a run id", where="run_id",
-                                    fix="pass the run_id that /run returned (32 hex digits)")
-            return store.get(key).to_dict()
+            return store.get(_run_key(run_id)).to_dict()
 
         return guarded("run_id", body)
 
@@ -175,6 +231,38 @@ def register(controller: RunController, store: RunStore, model: str) -> None:
         holder = controller.runtime
         return {"state": holder.state, "message": holder.status(), "forward_passes": holder.forward_passes}
 
+    def fork(run_id: str, at: str = "", retrieval: int | None = None, change: str = "none", query: str = "",
+             params: str = "", passages: str = "") -> ForkSummary:
+        """Fork a stored run: replay it up to a point, continue live with one change; store and summarise the fork.
+
+        Args:
+            run_id: the run to fork (a run_id that /run returned, or one shown in History)
+            at: a generated token as SPAN:TOKEN (the generation event id and the token index in it)
+            retrieval: instead of at, a retrieval event id (for suppress_retrieval, edit_query, edit_passages)
+            change: force_retrieval, suppress_retrieval, edit_query, edit_passages, set_params or none; or a JSON
+                object {"kind": ..., "query": ..., "params": {...}, "passages": [...]}
+            query: the forced or edited query (force_retrieval: empty uses the method's own query rule)
+            params: set_params' values as JSON or NAME=VALUE pairs, e.g. threshold=0.8
+            passages: edit_passages' passage ids in the order the model gets them, comma-separated or a JSON list
+        """
+        def body() -> ForkSummary:
+            from explorer.forks.diff import diff_runs
+
+            plan = fork_plan(run_id, at, retrieval, change, query, params, passages)
+            parent = cache.get(plan.parent) if cache is not None else store.get(plan.parent)
+            child = controller.run_fork(parent, plan)
+            d = diff_runs(parent, child)
+            family = child.fork or {}
+            facts: ForkFacts = {"parent_run_id": parent.run_id, "root_run_id": str(family.get("root") or ""),
+                                "depth": int(family.get("depth") or 1), "at": plan.point.to_dict(),
+                                "change": plan.change.to_dict(), "parent_event": d.parent_event,
+                                "child_event": d.child_event, "same_answer": d.same_answer,
+                                "first_difference": d.first_difference, "parent_answer": parent.answer or ""}
+            return {**_summary(child), "fork": facts}  # type: ignore[typeddict-item]
+
+        return guarded("fork", body)
+
     gr.api(typed(run), api_name="run", concurrency_limit=1, concurrency_id="model")
+    gr.api(typed(fork), api_name="fork", concurrency_limit=1, concurrency_id="model")
     gr.api(typed(status), api_name="status")
     gr.api(typed(fetch_run), api_name="fetch_run")

@@ -25,7 +25,7 @@ from explorer.errors import ExplorerError  # noqa: E402
 from explorer.methods.base import method_names  # noqa: E402
 from explorer.paths import ASSETS_DIR  # noqa: E402
 from explorer.store import RunStore  # noqa: E402
-from explorer.ui import api, controls, gallery, history_tab, questions, run_tab, viewblock  # noqa: E402
+from explorer.ui import api, controls, forkblock, gallery, history_tab, questions, run_tab, viewblock  # noqa: E402
 from explorer.ui.controller import RunController, RuntimeHolder  # noqa: E402
 from explorer.ui.evaluations import build_evaluations_tab  # noqa: E402
 from explorer.ui.history import Exports, TraceCache  # noqa: E402
@@ -158,11 +158,11 @@ def build_app(settings: AppSettings) -> gr.Blocks:
         model_status = gr.HTML(run_tab.note_html(holder.status()), elem_id="model-status", js_on_load=None)
         with gr.Tabs(elem_id="tabs"):
             run_tab.build(settings, controller, cache, shelf, start_choice, method_names(), model_name, head)
-            history_tab.build(store, cache, Exports(), head)
+            history_tab.build(store, cache, Exports(), head, forker=forkblock.Forker(controller))
             _evaluations_tab(store, cache, head)
             with gr.Tab("How to read", id="help", elem_id="tab-help"):
                 gr.Markdown(HELP.read_text(encoding="utf-8"))
-        api.register(controller, store, model_name)
+        api.register(controller, store, model_name, cache=cache)
         _model_status_poll(holder, model_status)
     return demo
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from explorer.errors import ExplorerError, hide_paths, public_message
+from explorer.forks import ForkPlan
 from explorer.journal import RunJournal
 from explorer.methods.base import run_question
 from explorer.runtime import Runtime
@@ -154,6 +155,14 @@ class _Live:
                 event.payload.update(fields)
 
 
+@dataclass
+class _Shown:
+    """Stored runs a stream shows beside the live one, and fork points to mark in them."""
+
+    runs: list[Trace]
+    marks: dict[str, dict[str, Any]]
+
+
 def status_html(text: str, *, error: bool = False) -> str:
     cls = "dre-error" if error else "dre-note"
     return f'<div class="dre-root dre-status"><div class="{cls}">{esc(text)}</div></div>'
@@ -200,21 +209,30 @@ class RunController:
                signal: str = "prob", retriever: str | None = None, embedder: str | None = None) -> Iterator[Update]:
         """Run ``specs`` on ``question`` one after another, yielding views as they progress."""
         question = self._check(question)
+        cancel = self._claim(session)
+        inbox: queue.Queue[tuple[str, int, Any]] = queue.Queue()
+        worker = threading.Thread(target=self._work, args=(question, specs, gold or {}, cancel, inbox,
+                                                           (retriever, embedder)),
+                                  name="run-worker", daemon=True)
+        yield from self._run_worker(worker, session, cancel, self._drain(question, specs, inbox, cancel, signal))
+
+    def _claim(self, session: str) -> threading.Event:
+        """A new cancel flag for ``session``; the run it had going is cancelled."""
         cancel = threading.Event()
         with self._lock:
             old = self._cancels.get(session)
             if old is not None:
                 old.set()
             self._cancels[session] = cancel
-        inbox: queue.Queue[tuple[str, int, Any]] = queue.Queue()
-        worker = threading.Thread(target=self._work, args=(question, specs, gold or {}, cancel, inbox,
-                                                           (retriever, embedder)),
-                                  name="run-worker", daemon=True)
+        return cancel
+
+    def _run_worker(self, worker: threading.Thread, session: str, cancel: threading.Event,
+                    drain: Iterator[Update]) -> Iterator[Update]:
         if not self.runtime.ready:
             yield Update(render_runs([], message=esc(self.runtime.status())), status_html(self.runtime.status()))
         worker.start()
         try:
-            yield from self._drain(question, specs, inbox, cancel, signal)
+            yield from drain
         finally:
             # A closed stream (the browser went away) must not leave the model running for nobody;
             # after a normal end the worker has already finished and this changes nothing.
@@ -222,6 +240,62 @@ class RunController:
             with self._lock:
                 if self._cancels.get(session) is cancel:
                     del self._cancels[session]
+
+    # -- forks ----------------------------------------------------------------------------------------
+    def fork_runtime(self, parent: Trace) -> Runtime:
+        """The loaded runtime, joined to the retriever the parent searched with when it is another of the corpus."""
+        runtime = self.runtime.get()
+        recorded = (parent.corpus or {}).get("retriever_config") if isinstance(parent.corpus, dict) else None
+        if isinstance(recorded, dict) and recorded.get("kind") and self.retarget is not None:
+            runtime = self.retarget(runtime, str(recorded["kind"]), recorded.get("embedder") or None)
+        return runtime
+
+    def _fork_check(self, parent: Trace, plan: ForkPlan) -> None:
+        from explorer.ui.forking import check
+
+        if self.store.readonly:
+            raise ExplorerError("the run database is read-only, so a fork cannot be stored", where="run database",
+                                fix="restart the app with a writable --db to fork runs")
+        check(parent, plan)
+
+    def run_fork(self, parent: Trace, plan: ForkPlan) -> Trace:
+        """Fork ``parent`` without streaming (the scripting API); the fork is stored from its start."""
+        from explorer.forks import fork_run
+
+        self._fork_check(parent, plan)
+        return fork_run(parent, plan, self.fork_runtime(parent), journal=RunJournal(self.store))
+
+    def stream_fork(self, parent: Trace, plan: ForkPlan, *, session: str, signal: str = "prob") -> Iterator[Update]:
+        """Fork ``parent`` as ``plan`` says, streaming the fork beside its parent (divergence marked in both)."""
+        self._fork_check(parent, plan)
+        cancel = self._claim(session)
+        inbox: queue.Queue[tuple[str, int, Any]] = queue.Queue()
+        spec = RunSpec(parent.method, parent.variant, dict(parent.config))
+        worker = threading.Thread(target=self._work_fork, args=(parent, plan, cancel, inbox), name="fork-worker",
+                                  daemon=True)
+        drain = self._drain(parent.question, [spec], inbox, cancel, signal, beside=[parent],
+                            marks={parent.run_id: plan.point.to_dict()})
+        yield from self._run_worker(worker, session, cancel, drain)
+
+    def _work_fork(self, parent: Trace, plan: ForkPlan, cancel: threading.Event, inbox: queue.Queue) -> None:
+        from explorer.forks import fork_run
+
+        def listener(kind: str, data: dict[str, Any]) -> None:
+            inbox.put((kind, 0, data))
+
+        try:
+            runtime = self.fork_runtime(parent)
+            inbox.put(("start", 0, None))
+            trace = fork_run(parent, plan, runtime, listeners=[listener], cancel=cancel, journal=RunJournal(self.store))
+            inbox.put(("done", 0, trace.run_id))
+        except ExplorerError as exc:
+            log.info("a fork was refused: %s", exc.message)
+            inbox.put(("error", -1, public_message(exc)))
+        except Exception as exc:  # noqa: BLE001 - the user gets one line, the log gets the traceback
+            log.exception("a fork failed")
+            inbox.put(("error", -1, hide_paths(f"internal error ({type(exc).__name__}): {exc}")))
+        finally:
+            inbox.put(("end", -1, None))
 
     # -- the worker ---------------------------------------------------------------------------------
     def _work(self, question: str, specs: list[RunSpec], gold: dict[str, Any], cancel: threading.Event,
@@ -253,7 +327,10 @@ class RunController:
 
     # -- the streaming side ---------------------------------------------------------------------------
     def _drain(self, question: str, specs: list[RunSpec], inbox: queue.Queue, cancel: threading.Event,
-               signal: str) -> Iterator[Update]:
+               signal: str, *, beside: list[Trace] | None = None,
+               marks: dict[str, dict[str, Any]] | None = None) -> Iterator[Update]:
+        """Views of the runs as they progress; ``beside``: stored runs shown before them (a fork's parent)."""
+        shown = _Shown(list(beside or []), dict(marks or {}))
         finished: list[Trace] = []
         live: _Live | None = None
         error: str | None = None
@@ -295,11 +372,11 @@ class RunController:
             now = time.monotonic()
             if (urgent or dirty) and (urgent or now - last >= REFRESH):
                 last, dirty = now, False
-                yield self._live_update(question, finished, live, specs, signal)
+                yield self._live_update(question, finished, live, specs, signal, shown)
         yield self._final_update(finished, specs, cancel, error, signal)
 
     def _live_update(self, question: str, finished: list[Trace], live: _Live | None, specs: list[RunSpec],
-                     signal: str) -> Update:
+                     signal: str, shown: _Shown | None = None) -> Update:
         trace = None
         if live is not None:
             trace = Trace(question=question, method=live.spec.method, variant=live.spec.variant,
@@ -307,8 +384,10 @@ class RunController:
                           status="running")
         n = len(finished) + (1 if live is not None else 0)
         status = f"Running {n} of {len(specs)}: {live.spec.method}/{live.spec.variant} …" if live else "Running …"
-        html = render_runs(finished, signal=signal, live=trace, live_tokens=list(live.tokens) if live else None,
-                           live_purpose=live.purpose if live else "")
+        shown = shown or _Shown([], {})
+        html = render_runs([*shown.runs, *finished], signal=signal, live=trace,
+                           live_tokens=list(live.tokens) if live else None, live_purpose=live.purpose if live else "",
+                           fork_marks=shown.marks)
         return Update(html, status_html(status), [t.run_id for t in finished])
 
     def _final_update(self, finished: list[Trace], specs: list[RunSpec], cancel: threading.Event, error: str | None,

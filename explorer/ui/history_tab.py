@@ -14,7 +14,7 @@ import gradio as gr
 
 from explorer.errors import ExplorerError, public_message
 from explorer.store import RunStore
-from explorer.ui import history, viewblock
+from explorer.ui import forkblock, history, viewblock
 from explorer.ui.controller import status_html
 
 
@@ -55,7 +55,7 @@ class HistoryControls:
 QUIET: dict[str, Any] = {"api_visibility": "private", "show_progress": "hidden"}
 
 
-def _layout(cache: history.TraceCache, head: str) -> HistoryControls:
+def _layout(cache: history.TraceCache, head: str, forker: forkblock.Forker | None = None) -> HistoryControls:
     with gr.Tab("History", id="history", elem_id="tab-history") as tab:
         with gr.Row():
             search = gr.Textbox(label="Search question, answer or name", elem_id="history-search", scale=3)
@@ -85,7 +85,7 @@ def _layout(cache: history.TraceCache, head: str) -> HistoryControls:
                            height=110, scale=3)
         status = gr.HTML("", elem_id="history-status", js_on_load=None)
         view = viewblock.build("history", cache, head, '<p class="dre-empty">Tick a run and press Open, or tick '
-                                                       "several and press Compare.</p>")
+                                                       "several and press Compare.</p>", forker=forker)
     return HistoryControls(tab, search, method, model, tag, since, until, refresh, runs, open_btn, compare_btn, name,
                            rename_btn, tags, tag_btn, delete_btn, json_btn, html_btn, csv_btn, file, status, view)
 
@@ -191,9 +191,12 @@ def _wire_exports(c: HistoryControls, store: RunStore, cache: history.TraceCache
         button.click(exporter(kind), [c.runs, c.view.signal, *c.filters], [c.file, c.status], **QUIET)
 
 
-def build(store: RunStore, cache: history.TraceCache, exports: history.Exports, head: str) -> None:
-    """The tab, laid out and wired: the list refreshes when the tab opens and on every filter change."""
-    c = _layout(cache, head)
+def build(store: RunStore, cache: history.TraceCache, exports: history.Exports, head: str, *,
+          forker: forkblock.Forker | None = None) -> None:
+    """The tab, laid out and wired: the list refreshes when the tab opens and on every filter change.
+
+    ``forker``: runs opened here can be forked from their tokens and retrieval cards."""
+    c = _layout(cache, head, forker)
     listing = _lister(store)
     for trigger in (c.refresh.click, c.search.submit, c.tag.submit, c.since.submit, c.until.submit, c.tab.select):
         trigger(listing, c.filters, c.list_outputs, **QUIET)

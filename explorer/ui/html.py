@@ -64,7 +64,8 @@ def heat(intensity: float | None, rgb: tuple[int, int, int] = (234, 88, 12)) -> 
 #: The paragraph of the app's "How to read" tab that explains each panel (anchor ids in assets/help.md).
 HELP_ANCHORS = {"strip": "help-strip", "signal": "help-signal", "queries": "help-queries",
                 "retrievals": "help-retrievals", "uncertainty": "help-seakr", "filter": "help-blendfilter",
-                "stages": "help-drrag", "costs": "help-costs", "compare": "help-compare"}
+                "stages": "help-drrag", "costs": "help-costs", "compare": "help-compare", "fork": "help-fork",
+                "family": "help-family"}
 
 
 def help_link(panel: str) -> str:

@@ -57,13 +57,17 @@ def render_run(trace: Trace, opts: ViewOptions, *, live_tokens: list[dict[str, A
 
 def render_runs(traces: list[Trace], *, signal: str = "prob", whatif_at: Mapping[str, float] | None = None,
                 live: Trace | None = None, live_tokens: list[dict[str, Any]] | None = None, live_purpose: str = "",
-                message: str = "") -> str:
-    """Runs side by side (and the one still running, if any), with their costs compared below."""
+                message: str = "", fork_marks: Mapping[str, dict[str, Any]] | None = None, below: str = "") -> str:
+    """Runs side by side (and the one still running, if any), with their costs compared below.
+
+    ``fork_marks``: run id -> a point to mark as a fork's divergence (a parent beside its fork);
+    ``below``: trusted markup after the runs (the family tree)."""
     whatif_at = whatif_at or {}
+    fork_marks = fork_marks or {}
     streaming = live is not None
     alone = len(traces) == 1 and live is None
     columns = [render_run(t, ViewOptions(signal=signal, whatif=whatif_at.get(t.run_id), compact=streaming,
-                                         costs=alone))
+                                         costs=alone, fork_at=fork_marks.get(t.run_id)))
                for t in traces]
     if live is not None:
         columns.append(render_run(live, ViewOptions(signal=signal, live=True), live_tokens=live_tokens,
@@ -71,9 +75,9 @@ def render_runs(traces: list[Trace], *, signal: str = "prob", whatif_at: Mapping
     if not columns:
         return page(message or '<p class="dre-empty">Pick a question and methods, then press Run.</p>')
     grid = f'<div class="dre-grid" data-runs="{len(columns)}">{"".join(columns)}</div>'
-    below = costs.render(traces) if len(traces) > 1 and not streaming else ""
+    compared = costs.render(traces) if len(traces) > 1 and not streaming else ""
     status = f'<div class="dre-message">{message}</div>' if message else ""
-    return page(status + grid + below, busy=streaming)
+    return page(status + grid + compared + below, busy=streaming)
 
 
 def page(body: str, *, busy: bool = False) -> str:
@@ -83,11 +87,48 @@ def page(body: str, *, busy: bool = False) -> str:
 
 def render_comparison(traces: list[Trace], *, signal: str = "prob", whatif_at: Mapping[str, float] | None = None,
                       compact: bool = True) -> str:
-    """The comparison table (answers, triggers, queries, passages, costs, diff) above the runs themselves."""
+    """The comparison table (answers, triggers, queries, passages, costs, diff) above the runs themselves.
+
+    When one of two runs is a fork of the other, the fork's panel (its token-level diff and what
+    it replayed) comes first and the divergence is marked in both strips."""
     from explorer.ui.panels import compare
+    from explorer.ui.panels import fork as fork_panel
 
     whatif_at = whatif_at or {}
+    pair = fork_pair(traces)
+    marks = {pair[0].run_id: (pair[1].fork or {}).get("at")} if pair else {}
     columns = "".join(render_run(t, ViewOptions(signal=signal, whatif=whatif_at.get(t.run_id), compact=compact,
-                                                costs=False))
+                                                costs=False, fork_at=marks.get(t.run_id)))
                       for t in traces)
-    return page(compare.render(traces) + f'<div class="dre-grid" data-runs="{len(traces)}">{columns}</div>')
+    top = fork_panel.render(*pair) if pair else ""
+    return page(top + compare.render(traces) + f'<div class="dre-grid" data-runs="{len(traces)}">{columns}</div>')
+
+
+def fork_pair(traces: list[Trace]) -> tuple[Trace, Trace] | None:
+    """(parent, fork) when the two runs are a fork and its parent, in either order; else None."""
+    from explorer.ui.panels.fork import is_fork_of
+
+    if len(traces) != 2:
+        return None
+    a, b = traces
+    if is_fork_of(b, a):
+        return a, b
+    if is_fork_of(a, b):
+        return b, a
+    return None
+
+
+def render_fork(parent: Trace, child: Trace, *, signal: str = "prob",
+                whatif_at: Mapping[str, float] | None = None, family: str = "") -> str:
+    """A fork opened beside its parent: the fork panel (diffs, replayed costs), then the two runs, the
+    divergence marked in both strips; ``family`` (the family tree's markup) goes last."""
+    from explorer.ui.panels import fork as fork_panel
+
+    whatif_at = whatif_at or {}
+    at = (child.fork or {}).get("at")
+    columns = [render_run(parent, ViewOptions(signal=signal, whatif=whatif_at.get(parent.run_id), compact=True,
+                                              costs=False, fork_at=at)),
+               render_run(child, ViewOptions(signal=signal, whatif=whatif_at.get(child.run_id), compact=True,
+                                             costs=False))]
+    grid = f'<div class="dre-grid dre-forkpair" data-runs="2">{"".join(columns)}</div>'
+    return page(fork_panel.render(parent, child) + grid + costs.render([parent, child]) + family)

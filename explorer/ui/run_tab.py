@@ -18,7 +18,7 @@ from explorer.errors import ExplorerError, public_message
 from explorer.eval.question_files import question_file_types
 from explorer.eval.question_formats import QUESTION_FORMATS
 from explorer.retrieval.choice import KINDS, RetrieverConfig, retriever_config
-from explorer.ui import controls, gallery, gallery_block, questions, viewblock
+from explorer.ui import controls, forkblock, gallery, gallery_block, questions, viewblock
 from explorer.ui.controller import RunController, status_html
 from explorer.ui.history import TraceCache
 from explorer.ui.html import esc
@@ -317,7 +317,8 @@ def build(settings: Any, controller: RunController, cache: TraceCache, shelf: ga
         shelf_block = gallery_block.build(shelf, cache)
         view = viewblock.build("run", cache, head, '<p class="dre-empty">Pick a question and methods, then '
                                "press Run. Tokens appear as the model writes them.</p>",
-                               shown=viewblock.Shown([first.run_id]) if first else None)
+                               shown=viewblock.Shown([first.run_id]) if first else None,
+                               forker=forkblock.Forker(controller))
     tab = RunTab(qc, rc, ms, shelf_block, view, methods, model)
     wire(tab, controller, cache, shelf)
     return tab

@@ -2,7 +2,9 @@
 
 Used by the Run tab (for the runs just finished) and the History tab (for reopened or compared
 runs). It renders only from stored traces. Moving θ' replays the chosen run's recorded checks
-(:mod:`explorer.whatif`) and redraws at once; nothing is generated again.
+(:mod:`explorer.whatif`) and redraws at once; nothing is generated again. With a
+:class:`~explorer.ui.forkblock.Forker`, tokens and retrieval cards open the fork menu; a fork
+is shown beside its parent, and a run with forks shows its family tree.
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ from typing import Any
 
 import gradio as gr
 
+from explorer.errors import ExplorerError
 from explorer.trace import Trace
+from explorer.ui import forkblock
 from explorer.ui.history import TraceCache
 from explorer.ui.panels.costs import run_labels
-from explorer.ui.render import decision_signal, page, recorded_threshold, render_comparison, render_runs
+from explorer.ui.panels.fork import render_family
+from explorer.ui.render import decision_signal, page, recorded_threshold, render_comparison, render_fork, render_runs
 from explorer.ui.view import strip_signals
-
-JS_ON_LOAD = "const draw = () => window.DRE && window.DRE.render(element); watch('value', draw); draw();"
 
 
 @dataclass
@@ -28,14 +31,17 @@ class Shown:
 
     ids: list[str]
     compare: bool = False
+    #: ``ids`` are a parent and its fork, shown with the fork's diff.
+    fork: bool = False
 
     def to_state(self) -> dict[str, Any]:
-        return {"ids": list(self.ids), "compare": self.compare}
+        return {"ids": list(self.ids), "compare": self.compare, "fork": self.fork}
 
     @classmethod
     def of(cls, state: Any) -> Shown:
         if isinstance(state, dict):
-            return cls(ids=list(state.get("ids") or []), compare=bool(state.get("compare")))
+            return cls(ids=list(state.get("ids") or []), compare=bool(state.get("compare")),
+                       fork=bool(state.get("fork")))
         return cls(ids=[])
 
 
@@ -67,7 +73,19 @@ def render(cache: TraceCache, state: Any, signal: str, run: str | None, theta: f
     whatif_at = {run: float(theta)} if run and theta is not None else {}
     if shown.compare and len(found) > 1:
         return render_comparison(found, signal=signal, whatif_at=whatif_at)
-    return render_runs(found, signal=signal, whatif_at=whatif_at)
+    if shown.fork and len(found) == 2:
+        return render_fork(found[0], found[1], signal=signal, whatif_at=whatif_at,
+                           family=family_html(cache, found[1].run_id))
+    family = family_html(cache, found[0].run_id) if len(found) == 1 else ""
+    return render_runs(found, signal=signal, whatif_at=whatif_at, below=family)
+
+
+def family_html(cache: TraceCache, run_id: str) -> str:
+    """The family tree of a stored run when it has forks or is one ('' for a run alone or not stored)."""
+    try:
+        return render_family(cache.store.family(run_id), current=run_id)
+    except ExplorerError:
+        return ""
 
 
 def whatif_choices(found: list[Trace]) -> list[tuple[str, str]]:
@@ -102,10 +120,12 @@ def after_show(cache: TraceCache, shown: Shown, signal: str) -> tuple[Any, Any, 
         gr.update(visible=False, value=None)
 
 
-def build(prefix: str, cache: TraceCache, head: str, intro: str, *, shown: Shown | None = None) -> ViewBlock:
+def build(prefix: str, cache: TraceCache, head: str, intro: str, *, shown: Shown | None = None,
+          forker: forkblock.Forker | None = None) -> ViewBlock:
     """Create the controls and the HTML view in the current layout and wire their events.
 
     ``shown``: runs the view opens with (rendered into the page itself, so they appear with it).
+    ``forker``: the app's run controller, so that runs shown here can be forked from their tokens.
     """
     start = traces(cache, shown) if shown is not None else []
     first_html = render(cache, shown.to_state(), "prob", None, None) if start and shown else page(intro)
@@ -119,7 +139,10 @@ def build(prefix: str, cache: TraceCache, head: str, intro: str, *, shown: Shown
                           info="replays its recorded decisions at another threshold")
         theta = gr.Slider(0, 1, value=None, label="what-if θ'", visible=False, elem_id=f"{prefix}-theta", scale=3)
         reset = gr.Button("Clear what-if", size="sm", elem_id=f"{prefix}-whatif-clear", scale=0, min_width=110)
-    html = gr.HTML(first_html, head=head, js_on_load=JS_ON_LOAD, elem_id=f"{prefix}-view", container=False)
+    fork_controls = forkblock.build(prefix)
+    html = gr.HTML(first_html, head=head, js_on_load=forkblock.view_js(prefix, forker is not None),
+                   elem_id=f"{prefix}-view", container=False,
+                   server_functions=forkblock.menu_functions(cache, forker) if forker is not None else None)
     state = gr.State(first_state)
 
     def redraw(st: Any, sig: str, r: str | None, th: float | None) -> str:
@@ -138,4 +161,6 @@ def build(prefix: str, cache: TraceCache, head: str, intro: str, *, shown: Shown
     run.input(pick, [state, signal, run], [theta, html], **quiet)
     theta.change(redraw, [state, signal, run, theta], html, trigger_mode="always_last", **quiet)
     reset.click(clear, [state, signal], [run, theta, html], **quiet)
-    return ViewBlock(signal=signal, run=run, theta=theta, reset=reset, html=html, state=state)
+    block = ViewBlock(signal=signal, run=run, theta=theta, reset=reset, html=html, state=state)
+    forkblock.wire(fork_controls, block, cache, forker)
+    return block

@@ -24,8 +24,22 @@ def _hit(hit: dict, gold: set[str], compact: bool) -> str:
             f'<p class="dre-passage">{text}</p></details></li>')
 
 
+def _state(p: dict) -> str:
+    """What a fork did to this retrieval (replayed from the parent, suppressed, passages edited)."""
+    bits = []
+    if p.get("replayed"):
+        bits.append("replayed from the parent")
+    if p.get("suppressed"):
+        bits.append("suppressed by the fork: no passages given")
+    if isinstance(p.get("edited"), dict):
+        before = ", ".join(map(str, p["edited"].get("from") or [])) or "none"
+        bits.append(f"passages edited by the fork (the parent had {before})")
+    return f'<div class="dre-why dre-fork-state">{esc(" · ".join(bits))}</div>' if bits else ""
+
+
 def render(view: TraceView, opts: ViewOptions) -> str:
     gold = view.gold_passages
+    fork_at = opts.fork_at or view.fork_at or {}
     cards = []
     for e in view.retrievals:
         p = e.payload
@@ -44,10 +58,18 @@ def render(view: TraceView, opts: ViewOptions) -> str:
         found = sum(1 for h in hits if str(h.get("id")) in gold)
         gold_note = f" · {found}/{len(gold)} gold" if gold else ""
         items = "".join(_hit(h, gold, opts.compact) for h in hits) or '<li class="dre-empty">no passages</li>'
+        edited = q.payload.get("edited_from") if q is not None else None
+        if edited:
+            source += f"; edited by the fork, the method's was {short(edited, 200)!r}"
+        elif q is not None and q.payload.get("forced"):
+            source += f"; the user's, the method's was {short(q.payload.get('method_query', ''), 200)!r}"
+        point = fork_at.get("retrieval") == e.id
+        mark = ' <span class="dre-forkmark" title="a fork diverges here">⋔ fork point</span>' if point else ""
         cards.append(
-            f'<div class="dre-ret" id="{view.anchor(e.id)}" style="border-color:{colour}">'
+            f'<div class="dre-ret{" forkpoint" if point else ""}" id="{view.anchor(e.id)}" data-retrieval="{e.id}" '
+            f'style="border-color:{colour}">'
             f'<div class="dre-ret-head" style="background:{colour}">R{number} · step {e.step} · t = {fmt(e.t)} s'
-            f'{esc(gold_note)}</div>{why}'
+            f'{esc(gold_note)}{mark}</div>{why}{_state(p)}'
             f'<div class="dre-query">query ({esc(source)}): <q>{esc(short(query, 400))}</q></div>'
             f'<ol class="dre-hits">{items}</ol></div>')
     if not cards:

@@ -71,7 +71,8 @@ def whatif_marks(view: TraceView, decisions: list[whatif.Decision]) -> dict[int,
     return marks
 
 
-def _tokens_html(view: TraceView, span: Span, signal: str, lo: float, hi: float, marks: set[int]) -> str:
+def _tokens_html(view: TraceView, span: Span, signal: str, lo: float, hi: float, marks: set[int],
+                 fork_token: int | None = None) -> str:
     parts = []
     if span.appended:
         parts.append(f'<span class="dre-appended" title="appended by the method, not generated">'
@@ -91,6 +92,9 @@ def _tokens_html(view: TraceView, span: Span, signal: str, lo: float, hi: float,
             flag = f'<span class="dre-flag" title="{esc(why)}">⚑</span>'
         if i in marks:
             classes.append("whatif")
+        if i == fork_token:
+            classes.append("forkpoint")
+            flag += '<span class="dre-forkmark" title="a fork diverges here">⋔</span>'
         text = str(token.get("text", "")).replace("\n", "↵\n")
         colour = heat(_intensity(view.token_value(span, token, signal), signal, lo, hi))
         parts.append(f'{flag}<span class="{" ".join(classes)}" data-i="{i}" style="background:{colour}" '
@@ -100,9 +104,10 @@ def _tokens_html(view: TraceView, span: Span, signal: str, lo: float, hi: float,
     return "".join(parts)
 
 
-def _plain(span: Span, marks: set[int]) -> bool:
-    """Nothing happened to this span (no join, cut, trigger or what-if): it may be folded with its neighbours."""
-    return span.retrieval is None and span.cut_at is None and not span.triggers and not span.live and not marks
+def _plain(span: Span, marks: set[int], fork_span: int | None = None) -> bool:
+    """Nothing happened to this span (no join, cut, trigger, what-if or fork): it may be folded with its neighbours."""
+    return (span.retrieval is None and span.cut_at is None and not span.triggers and not span.live and not marks
+            and span.event_id != fork_span)
 
 
 def _group_html(view: TraceView, spans: list[Span], signal: str, lo: float, hi: float) -> str:
@@ -115,8 +120,10 @@ def _group_html(view: TraceView, spans: list[Span], signal: str, lo: float, hi: 
             f'<div class="dre-tokens">{body}</div></div>')
 
 
-def _span_html(view: TraceView, span: Span, signal: str, lo: float, hi: float, marks: set[int]) -> str:
-    head = [f'<span class="dre-tag">{esc(span.purpose)}{"" if span.step < 0 else f" · step {span.step}"}</span>']
+def _span_html(view: TraceView, span: Span, signal: str, lo: float, hi: float, marks: set[int],
+               fork_token: int | None = None) -> str:
+    head = [f'<span class="dre-tag">{esc(span.purpose)}{"" if span.step < 0 else f" · step {span.step}"}'
+            f'{" · replayed" if span.replayed else ""}</span>']
     style = ""
     if span.retrieval is not None:
         colour = view.colour(span.retrieval)
@@ -126,9 +133,11 @@ def _span_html(view: TraceView, span: Span, signal: str, lo: float, hi: float, m
         head.append(f'<a class="dre-join" href="#{view.anchor(span.retrieval)}" style="color:{colour}">'
                     f'⇠ given the passages of retrieval R{number}: {titles}</a>')
         style = f' style="border-left-color:{colour}"'
-    return (f'<div class="dre-span{" sampled" if span.sampled else ""}{" live" if span.live else ""}" '
+    classes = "".join(f" {c}" for c, on in (("sampled", span.sampled), ("live", span.live),
+                                             ("replayed", span.replayed)) if on)
+    return (f'<div class="dre-span{classes}" '
             f'data-span="{span.event_id}"{style}><div class="dre-span-head">{"".join(head)}</div>'
-            f'<div class="dre-tokens">{_tokens_html(view, span, signal, lo, hi, marks)}</div></div>')
+            f'<div class="dre-tokens">{_tokens_html(view, span, signal, lo, hi, marks, fork_token)}</div></div>')
 
 
 def window_note(view: TraceView) -> str:
@@ -160,6 +169,9 @@ def render(view: TraceView, opts: ViewOptions, decisions: list[whatif.Decision] 
     lo, hi = _scale(view, signal)
     marks = whatif_marks(view, decisions or [])
     spans = view.main_spans
+    fork_at = opts.fork_at or view.fork_at or {}
+    fork_span = fork_at.get("span") if fork_at.get("retrieval") is None else None
+    fork_token = int(fork_at.get("token") or 0) if fork_span is not None else None
     blocks, run = [], []  # runs of three or more plain spans of one purpose and step are folded together
 
     def flush() -> None:
@@ -171,14 +183,16 @@ def render(view: TraceView, opts: ViewOptions, decisions: list[whatif.Decision] 
 
     for s in spans:
         mine = marks.get(s.event_id, set())
-        if _plain(s, mine) and (not run or (run[0].purpose, run[0].step) == (s.purpose, s.step)):
+        plain = _plain(s, mine, fork_span)
+        if plain and (not run or (run[0].purpose, run[0].step) == (s.purpose, s.step)):
             run.append(s)
             continue
         flush()
-        if _plain(s, mine):
+        if plain:
             run.append(s)
         else:
-            blocks.append(_span_html(view, s, signal, lo, hi, mine))
+            blocks.append(_span_html(view, s, signal, lo, hi, mine,
+                                     fork_token if s.event_id == fork_span else None))
     flush()
     body = "".join(blocks)
     if not spans:
@@ -192,5 +206,7 @@ def render(view: TraceView, opts: ViewOptions, decisions: list[whatif.Decision] 
     legend = (f'<div class="dre-legend"><span>coloured by <b>{esc(label)}</b>: {esc(how)}</span>'
               '<span class="dre-key"><span class="dre-k fired">⚑ fired retrieval</span>'
               '<span class="dre-k cut">cut away</span>'
-              + ('<span class="dre-k whatif">would fire at θ\'</span>' if marks else "") + "</span></div>")
+              + ('<span class="dre-k whatif">would fire at θ\'</span>' if marks else "")
+              + ('<span class="dre-k forkpoint">⋔ fork point</span>' if fork_span is not None else "")
+              + "</span></div>")
     return section("Output, token by token", legend + f'<div class="dre-strip">{body}</div>', panel="strip")
