@@ -82,15 +82,9 @@ class ForkFacts(TypedDict):
     parent_answer: str
 
 
-class ForkSummary(TypedDict):
+class ForkSummary(RunSummary):
     """``/fork``'s answer: the fork's RunSummary fields plus its fork facts."""
 
-    run_id: str
-    status: str
-    answer: str
-    output: str
-    error: str | None
-    costs: RunCosts
     fork: ForkFacts
 
 

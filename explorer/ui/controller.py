@@ -18,6 +18,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -283,24 +284,16 @@ class RunController:
         def listener(kind: str, data: dict[str, Any]) -> None:
             inbox.put((kind, 0, data))
 
-        try:
+        with _reported(inbox, "a fork"):
             runtime = self.fork_runtime(parent)
             inbox.put(("start", 0, None))
             trace = fork_run(parent, plan, runtime, listeners=[listener], cancel=cancel, journal=RunJournal(self.store))
             inbox.put(("done", 0, trace.run_id))
-        except ExplorerError as exc:
-            log.info("a fork was refused: %s", exc.message)
-            inbox.put(("error", -1, public_message(exc)))
-        except Exception as exc:  # noqa: BLE001 - the user gets one line, the log gets the traceback
-            log.exception("a fork failed")
-            inbox.put(("error", -1, hide_paths(f"internal error ({type(exc).__name__}): {exc}")))
-        finally:
-            inbox.put(("end", -1, None))
 
     # -- the worker ---------------------------------------------------------------------------------
     def _work(self, question: str, specs: list[RunSpec], gold: dict[str, Any], cancel: threading.Event,
               inbox: queue.Queue, choice: tuple[str | None, str | None] = (None, None)) -> None:
-        try:
+        with _reported(inbox, "a run"):
             runtime = self.runtime.get()
             kind, embedder = choice
             if kind and self.retarget is not None:
@@ -316,14 +309,6 @@ class RunController:
                 trace = run_question(spec.method, question, runtime, variant=spec.variant, config=spec.config,
                                      gold=gold, listeners=[listener], cancel=cancel, journal=RunJournal(self.store))
                 inbox.put(("done", index, trace.run_id))
-        except ExplorerError as exc:
-            log.info("a run failed: %s", exc.message)
-            inbox.put(("error", -1, public_message(exc)))
-        except Exception as exc:  # noqa: BLE001 - the user gets one line, the log gets the traceback
-            log.exception("a run failed")
-            inbox.put(("error", -1, hide_paths(f"internal error ({type(exc).__name__}): {exc}")))
-        finally:
-            inbox.put(("end", -1, None))
 
     # -- the streaming side ---------------------------------------------------------------------------
     def _drain(self, question: str, specs: list[RunSpec], inbox: queue.Queue, cancel: threading.Event,
@@ -406,3 +391,18 @@ class RunController:
                 status = status_html(f"Done: {len(finished)} run(s) stored.")
         html = render_runs(finished, signal=signal, message="" if finished else esc(error or "Nothing ran."))
         return Update(html, status, ids, done=True)
+
+
+@contextmanager
+def _reported(inbox: queue.Queue, what: str) -> Iterator[None]:
+    """A worker's failure as one line for the page (the log keeps the traceback), and always the end message."""
+    try:
+        yield
+    except ExplorerError as exc:
+        log.info("%s failed: %s", what, exc.message)
+        inbox.put(("error", -1, public_message(exc)))
+    except Exception as exc:  # noqa: BLE001 - the user gets one line, the log gets the traceback
+        log.exception("%s failed", what)
+        inbox.put(("error", -1, hide_paths(f"internal error ({type(exc).__name__}): {exc}")))
+    finally:
+        inbox.put(("end", -1, None))
