@@ -98,6 +98,7 @@ class Replay:
         ``batch``: the greedy row of a sampled context (:meth:`measurement` has checked it).
         """
         if self.live:
+            self.forced_query = None  # a forced query serves the search right after the forced decision only
             return None
         if not batch:
             self.carry_markers(rec)
