@@ -140,7 +140,7 @@ def test_requests_become_plans_and_malformed_ones_say_what_to_fix():
                         (lambda: forking.change_of("explode"), "unknown fork change"),
                         (lambda: forking.point_of(at="seven"), "is not SPAN:TOKEN"),
                         (lambda: forking.point_of(retrieval="R2"), "is not a retrieval event id"),
-                        (lambda: forking.parse_passages("[1,"), "not a valid JSON list")):
+                        (lambda: forking.parse_passages("[1,"), "not valid JSON")):
         with pytest.raises(ExplorerError, match=match):
             call()
 

@@ -186,13 +186,7 @@ def parse_params(text: Any) -> dict[str, Any]:
         raise ConfigError(f"parameters must be text or an object, not {type(text).__name__}", where="params",
                           fix='give {"threshold": 0.8} or threshold=0.8')
     if text.startswith("{"):
-        try:
-            values = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"parameters are not valid JSON ({json_problem(exc)})", where="params",
-                              fix='give an object such as {"threshold": 0.8}') from None
-        if not isinstance(values, dict):
-            raise ConfigError("parameters must be a JSON object", where="params", fix='e.g. {"threshold": 0.8}')
+        values = _json(text, "parameters are", "params", dict, '{"threshold": 0.8}')
         return {str(k): _value(v) for k, v in values.items()}
     out: dict[str, Any] = {}
     for part in re.split(r"[,\n;]", text):
@@ -205,6 +199,18 @@ def parse_params(text: Any) -> dict[str, Any]:
     return out
 
 
+def _json(text: str, what: str, where: str, expected: type | tuple[type, ...], example: str) -> Any:
+    """``text`` parsed as JSON of the ``expected`` type, or a ConfigError saying what was wrong and what to give."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{what} not valid JSON ({json_problem(exc)})", where=where, fix=f"give {example}") from None
+    if not isinstance(value, expected):
+        raise ConfigError(f"{what} not of the right JSON type ({type(value).__name__})", where=where,
+                          fix=f"give {example}")
+    return value
+
+
 def parse_passages(value: Any) -> tuple[str, ...] | None:
     """Passage ids in order: a list, a JSON list, or ids separated by commas or new lines (None: not given)."""
     if value is None:
@@ -215,13 +221,7 @@ def parse_passages(value: Any) -> tuple[str, ...] | None:
     if not text:
         return None
     if text.startswith("["):
-        try:
-            items = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"passages are not a valid JSON list ({json_problem(exc)})", where="passages",
-                              fix='give ["id1", "id2"] or id1, id2') from None
-        if not isinstance(items, list):
-            raise ConfigError("passages must be a list of ids", where="passages", fix='give ["id1", "id2"]')
+        items = _json(text, "passages are", "passages", list, '["id1", "id2"]')
         return tuple(str(v).strip() for v in items if str(v).strip())
     return tuple(p.strip() for p in re.split(r"[,\n]", text) if p.strip())
 
@@ -249,12 +249,8 @@ def point_of(at: Any = None, retrieval: Any = None) -> ForkPoint:
 def change_of(change: Any, *, query: str | None = None, params: Any = None, passages: Any = None) -> ForkChange:
     """The change from a kind name or a JSON object, with the typed fields filling in what it leaves out."""
     if isinstance(change, str) and change.strip().startswith("{"):
-        try:
-            change = json.loads(change)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"the change is not valid JSON ({json_problem(exc)})", where="change",
-                              fix='give a kind such as "force_retrieval" or {"kind": "edit_query", "query": "..."}') \
-                from None
+        change = _json(change, "the change is", "change", dict,
+                       '"force_retrieval" or {"kind": "edit_query", "query": "..."}')
     d: dict[str, Any] = dict(change) if isinstance(change, dict) else {"kind": str(change or "none").strip() or "none"}
     if query is not None and str(query).strip() and d.get("query") is None:
         d["query"] = str(query).strip()
