@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from explorer.trace import Trace
+from explorer.trace import Event, Trace
 
 #: Spans that are the run's text; judges, filters and samples are not part of what it wrote.
 _SIDE_PURPOSES = ("filter", "judge", "augment", "rerank")
@@ -62,9 +62,14 @@ class ForkDiff:
                 "same_answer": self.same_answer, "first_difference": self.first_difference}
 
 
+def fork_marker(events: list[Event]) -> Event | None:
+    """A fork's own ``fork`` event (the ones it inherited from the forks it descends from are skipped)."""
+    return next((e for e in events if e.kind == "fork" and not e.payload.get("inherited")), None)
+
+
 def divergence(child: Trace) -> tuple[int | None, int | None]:
     """(the parent's event id, the child's fork event id) where ``child`` stopped replaying."""
-    event = next((e for e in child.events if e.kind == "fork" and not e.payload.get("inherited")), None)
+    event = fork_marker(child.events)
     if event is None:
         return None, None
     return int(event.payload.get("parent_event", event.id)), event.id

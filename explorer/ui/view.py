@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from explorer.engine.token_signals import registry
+from explorer.forks.diff import fork_marker
 from explorer.trace import Event, Trace
 from explorer.ui.html import PALETTE
 
@@ -98,7 +99,7 @@ class TraceView:
             self.spans.append(Span(event_id=-1, purpose=live_purpose or "generating", step=-1, tokens=live_tokens,
                                    text="".join(t.get("text", "") for t in live_tokens), live=True))
         self.retrievals = [e for e in self.events if e.kind == "retrieval"]
-        fork = next((e for e in self.events if e.kind == "fork"), None)
+        fork = fork_marker(self.events)
         #: Where this run, a fork, diverged from its parent ({"span", "token"} or {"retrieval"}); None otherwise.
         self.fork_at: dict[str, Any] | None = dict(fork.payload.get("at") or {}) if fork is not None else None
         self.retrieval_number = {e.id: n for n, e in enumerate(self.retrievals, 1)}

@@ -7,10 +7,11 @@ family rows; every piece of model, corpus or user text is escaped.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from explorer.forks import ForkChange, ForkPoint
-from explorer.forks.diff import DiffOp, ForkDiff, diff_runs
+from explorer.forks.diff import DiffOp, ForkDiff, diff_runs, fork_marker
 from explorer.trace import Trace
 from explorer.ui.html import badge, esc, fmt, section, short
 
@@ -34,15 +35,20 @@ def _describe_point(at: dict[str, Any] | None) -> str:
         return str(at)
 
 
-def _tokens(tokens: list[str]) -> str:
-    return esc("".join(tokens).replace("\n", "↵\n"))
+def _token_text(tokens: list[str]) -> str:
+    """Model tokens joined as written, a new line shown as ↵ before it."""
+    return "".join(tokens).replace("\n", "↵\n")
 
 
-def ops_html(ops: list[DiffOp], *, joiner: str = "") -> str:
-    """A diff as escaped HTML: shared text plain, the parent's only struck in <del>, the fork's only in <ins>."""
+def ops_html(ops: list[DiffOp], *, joiner: str = "", show: Callable[[list[str]], str] | None = None) -> str:
+    """A diff as escaped HTML: shared text plain, the parent's only struck in <del>, the fork's only in <ins>.
+
+    ``show`` turns a side's pieces into text (default: joined by ``joiner``).
+    """
+    text = show or joiner.join
     parts = []
     for op in ops:
-        a, b = joiner.join(op.parent), joiner.join(op.child)
+        a, b = text(op.parent), text(op.child)
         if op.tag == "equal":
             parts.append(f'<span class="dre-same">{esc(a)}</span>')
             continue
@@ -51,19 +57,6 @@ def ops_html(ops: list[DiffOp], *, joiner: str = "") -> str:
         if op.tag in ("insert", "replace") and b:
             parts.append(f'<ins title="only in the fork">{esc(b)}</ins>')
     return joiner.join(parts)
-
-
-def _token_ops_html(ops: list[DiffOp]) -> str:
-    parts = []
-    for op in ops:
-        if op.tag == "equal":
-            parts.append(f'<span class="dre-same">{_tokens(op.parent)}</span>')
-            continue
-        if op.tag in ("delete", "replace") and op.parent:
-            parts.append(f'<del title="only in the parent">{_tokens(op.parent)}</del>')
-        if op.tag in ("insert", "replace") and op.child:
-            parts.append(f'<ins title="only in the fork">{_tokens(op.child)}</ins>')
-    return "".join(parts)
 
 
 def _costs(child: Trace) -> str:
@@ -79,7 +72,7 @@ def _costs(child: Trace) -> str:
 
 
 def _notes(child: Trace) -> str:
-    event = next((e for e in child.events if e.kind == "fork"), None)
+    event = fork_marker(child.events)
     if event is None:
         return ""
     notes = [str(n) for n in event.payload.get("notes") or []]
@@ -105,8 +98,9 @@ def render(parent: Trace, child: Trace, diff: ForkDiff | None = None) -> str:
     shared = d.first_difference
     lead = ("The two continuations are identical from the divergence on." if shared is None else
             f"After the divergence the two runs wrote {shared} token(s) alike, then parted.")
+    written = ops_html(d.tokens, show=_token_text) or "<i>no tokens</i>"
     tokens = (f'<p class="dre-note">{esc(lead)} Struck: only the parent wrote it; underlined: only the fork.</p>'
-              f'<div class="dre-diff dre-fork-tokens">{_token_ops_html(d.tokens) or "<i>no tokens</i>"}</div>')
+              f'<div class="dre-diff dre-fork-tokens">{written}</div>')
     body = (head + _notes(child) + f'<h5>Answer {verdict}</h5>' + answers
             + "<h5>Continuation, token by token</h5>" + tokens + "<h5>What the fork replayed</h5>" + _costs(child))
     return section("Fork: what changed", f'<div class="dre-fork" data-parent="{esc(parent.run_id)}" '
