@@ -18,6 +18,8 @@ from explorer.trace import Listener, Trace
 if TYPE_CHECKING:
     from explorer.journal import RunJournal
 
+#: The statuses a run can be forked in: finished, or stopped with a trace up to where it got.
+FORKABLE = ("complete", "cancelled", "interrupted")
 #: Model facts that must match for a fork to continue its parent (the same weights, read the same way).
 _MODEL_KEYS = ("name", "source", "dtype", "num_parameters", "num_layers")
 #: Facts that may differ, with a note: the continuation can then differ in the last digits.
@@ -50,6 +52,13 @@ def check_compatible(parent: Trace, runtime: Runtime) -> list[str]:
             for d in _differences(_BACKEND_KEYS, parent.model or {}, model)]
 
 
+def check_forkable(parent: Trace) -> None:
+    """Refuse a run that is still running: it has no end yet to replay up to."""
+    if parent.status not in FORKABLE:
+        raise ExplorerError(f"run {parent.run_id[:12]} is {parent.status}; only a finished or stopped run can be "
+                            "forked", where="fork", fix="wait for it to finish, or fork another run")
+
+
 def fork_config(parent: Trace, plan: ForkPlan) -> dict[str, Any]:
     """The parent's config, with a parameter change checked against the method's config (applied later)."""
     from explorer.methods.base import get_method
@@ -75,9 +84,7 @@ def fork_run(parent: Trace, plan: ForkPlan, runtime: Runtime, *, listeners: list
 
     if plan.parent != parent.run_id:
         raise ConfigError(f"the plan forks run {plan.parent}, not {parent.run_id}", where="fork")
-    if parent.status not in ("complete", "cancelled", "interrupted"):
-        raise ExplorerError(f"run {parent.run_id[:12]} is {parent.status}; only a finished or stopped run can be "
-                            "forked", where="fork", fix="wait for it to finish, or fork another run")
+    check_forkable(parent)
     divergence = resolve(parent, plan)
     notes = check_compatible(parent, runtime)
     config = fork_config(parent, plan)

@@ -16,6 +16,8 @@ from typing import Any
 
 from explorer.errors import ConfigError, ExplorerError, json_problem
 from explorer.forks import ForkChange, ForkPlan, ForkPoint, parse_at, resolve
+from explorer.forks.plan import RETRIEVAL_CHANGES, TOKEN_CHANGES
+from explorer.forks.run import check_forkable
 from explorer.retrieval.base import Retriever
 from explorer.trace import Trace
 
@@ -23,10 +25,9 @@ from explorer.trace import Trace
 LABELS = {"force_retrieval": "Force retrieval here", "set_params": "Change parameters from this span",
           "none": "Replay from here without change", "suppress_retrieval": "Suppress this retrieval",
           "edit_query": "Edit the query", "edit_passages": "Edit the passages"}
-TOKEN_ACTIONS = ("force_retrieval", "set_params", "none")
-RETRIEVAL_ACTIONS = ("suppress_retrieval", "edit_query", "edit_passages")
-#: Only a finished or stopped run can be forked (a running one has no end to replay from).
-FORKABLE = ("complete", "cancelled", "interrupted")
+TOKEN_ACTIONS = TOKEN_CHANGES
+#: A retrieval card's menu: its changes ("no change" is offered on tokens).
+RETRIEVAL_ACTIONS = tuple(kind for kind in RETRIEVAL_CHANGES if kind != "none")
 #: At most this many passages in a search of the corpus from the passage editor.
 SEARCH_K = 8
 
@@ -76,9 +77,11 @@ def _try(trace: Trace, plan: ForkPlan) -> str:
 
 
 def _forkable(trace: Trace) -> str:
-    if trace.status not in FORKABLE:
-        return (f"this run is {trace.status}; only a finished or stopped run can be forked. Fix: wait for it to "
-                "finish, or fork another run")
+    """'' when the run can be forked at all, else why not."""
+    try:
+        check_forkable(trace)
+    except ExplorerError as exc:
+        return exc.message
     return ""
 
 
@@ -283,9 +286,7 @@ def plan_from_request(data: Any) -> ForkPlan:
 
 def check(parent: Trace, plan: ForkPlan) -> None:
     """Refuse, before any model work, a plan its parent does not allow (the same checks ``fork_run`` makes first)."""
-    blocked = _forkable(parent)
-    if blocked:
-        raise ExplorerError(blocked.split(" Fix: ")[0], where="fork", fix="wait for it to finish, or fork another run")
+    check_forkable(parent)
     resolve(parent, plan)
 
 
