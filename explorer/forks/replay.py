@@ -90,38 +90,47 @@ class Replay:
         return False
 
     # -- hooks ------------------------------------------------------------------------------------
+    def _next(self, rec: TraceRecorder) -> int | None:
+        """The id of the fork's next event while it still replays; None once live (it goes live here when
+        this model call is the planned point)."""
+        if self.live:
+            return None
+        self.carry_markers(rec)
+        at = len(rec.trace.events)
+        if self._past(rec, at):
+            return None
+        if self.divergence.hook == "generate" and at == self.divergence.event:
+            self.diverge(rec, at)
+            return None
+        return at
+
     def generation(self, engine: Any, rec: TraceRecorder, *, prompt: str, prompt_ids: list[int],
                    segments: list[tuple[str, int, int]], purpose: str, max_new_tokens: int, attention: bool,
-                   hidden: Any, batch: bool = False) -> Any:
-        """The parent's span for this call, recorded into the fork, or None to generate it live.
-
-        ``batch``: the greedy row of a sampled context (:meth:`measurement` has checked it).
-        """
+                   hidden: Any) -> Any:
+        """The parent's span for this call, recorded into the fork, or None to generate it live."""
         if self.live:
             self.forced_query = None  # a forced query serves the search right after the forced decision only
             return None
-        if not batch:
-            self.carry_markers(rec)
-        at = len(rec.trace.events)
-        if not batch and self._past(rec, at):
-            return None
-        if not batch and self.divergence.hook == "generate" and at == self.divergence.event:
-            self.diverge(rec, at)
-            return None
-        if hidden is not None:
+        at = self._next(rec)
+        if at is None or hidden is not None:
             return None  # a hidden state is not in the trace: generated again, to the same tokens
         event = self._parent_event(at)
         p = event.payload if event is not None else {}
         if (event is None or event.kind != "generation" or p.get("prompt") != prompt or p.get("purpose") != purpose
-                or ("batch" in p) != batch or p.get("max_new_tokens", max_new_tokens) != max_new_tokens):
+                or "batch" in p or p.get("max_new_tokens", max_new_tokens) != max_new_tokens):
             self.diverge(rec, at, reason=f"the fork's generation {at} differs from its parent's (another prompt)")
             return None
+        return self._copy_span(engine, rec, p, prompt, prompt_ids, segments, attention)
+
+    def _copy_span(self, engine: Any, rec: TraceRecorder, p: dict[str, Any], prompt: str, prompt_ids: list[int],
+                   segments: list[tuple[str, int, int]], attention: bool) -> Any:
+        """The parent's generation event ``p`` recorded into the fork and returned as a Generation."""
         from explorer.engine.generation import Generation
 
         tokens = [TokenSignal.from_dict(t) for t in p.get("tokens") or []]
-        gen = Generation(purpose=purpose, prompt=prompt, prompt_ids=list(prompt_ids), segments=list(segments),
-                         ids=[int(t.id) for t in tokens], tokens=tokens, text=str(p.get("text", "")),
-                         stopped_by=str(p.get("stopped_by", "max_tokens")),
+        gen = Generation(purpose=str(p.get("purpose", "")), prompt=prompt, prompt_ids=list(prompt_ids),
+                         segments=list(segments), ids=[int(t.id) for t in tokens], tokens=tokens,
+                         text=str(p.get("text", "")), stopped_by=str(p.get("stopped_by", "max_tokens")),
                          _engine=engine if attention else None, _cache=None)
         gen.replayed = True  # type: ignore[attr-defined]
         costs = rec.costs
@@ -139,14 +148,8 @@ class Replay:
         The parent's greedy span and its ``uncertainty`` events are copied; the samples themselves
         are not in a trace, and nothing after the measurement reads them.
         """
-        if self.live:
-            return None
-        self.carry_markers(rec)
-        at = len(rec.trace.events)
-        if self._past(rec, at):
-            return None
-        if self.divergence.hook == "generate" and at == self.divergence.event:
-            self.diverge(rec, at)
+        at = self._next(rec)
+        if at is None:
             return None
         text, prompt_ids, segments = engine.encode_prompt(prompt)
         event = self._parent_event(at)
@@ -158,9 +161,7 @@ class Replay:
         from explorer.engine.sampling import SampleBatch
         from explorer.engine.uncertainty import Estimate, Measurement
 
-        greedy = self.generation(engine, rec, prompt=text, prompt_ids=prompt_ids, segments=segments, purpose=purpose,
-                                 max_new_tokens=int(p.get("max_new_tokens", len(p.get("tokens") or []))),
-                                 attention=False, hidden=None, batch=True)
+        greedy = self._copy_span(engine, rec, p, text, prompt_ids, segments, attention=False)
         k = int((p.get("batch") or {}).get("k", 0))
         rec.costs.sampled_sequences += k
         estimates, ids = {}, {}
