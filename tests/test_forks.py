@@ -372,3 +372,27 @@ def test_a_forced_retrieval_on_the_embedded_model(embedded_lm, demo_retriever) -
     diff = diff_runs(parent, child)
     assert diff.parent_event == span.id and diff.first_difference is not None
     assert diff.tokens[0].tag == "equal" and len(diff.tokens[0].parent) >= token
+
+
+@pytest.mark.parametrize("arch", ["mistral", "gpt2"])
+def test_forks_on_a_sliding_window_and_a_learned_position_model(arch, demo_retriever) -> None:
+    """The replayed span's attention row is rebuilt on a model whose window is shorter than the prompt
+    (its cache cannot be rolled back) and on one with learned positions; a fork without change reproduces."""
+    from explorer.engine.tiny import tiny_model
+
+    runtime = Runtime(engine=Engine(tiny_model(arch, attn_implementation="auto")), retriever=demo_retriever,
+                      corpus=corpus_facts(demo_retriever, "demo"))
+    parent = run_question("dragin", QUESTION, runtime, config={"threshold": 0.02, "max_length": 30}, raise_errors=True)
+    checks = [e for e in parent.events if e.kind == "check"]
+    same = fork_run(parent, ForkPlan(parent.run_id, ForkPoint(span=checks[-1].payload["span"])), runtime,
+                    raise_errors=True)
+    assert_same_run(parent, same)
+    span = checks[0].payload["span"]
+    fired = checks[0].payload["fired"]
+    token = 1 if fired != 1 else 2
+    forced = fork_run(parent, ForkPlan(parent.run_id, ForkPoint(span=span, token=token), ForkChange("force_retrieval")),
+                      runtime, raise_errors=True)
+    marker = _prefix_is_parents(parent, forced)
+    query = next(e for e in forced.events[marker:] if e.kind == "query")
+    assert query.payload["source"] == "qfs" and query.payload["text"].strip()
+    assert next(e for e in forced.events[marker:] if e.kind == "trigger").payload["token_index"] == token

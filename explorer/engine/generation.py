@@ -495,7 +495,7 @@ class Engine:
                         seconds=round(elapsed, 4), **window, **meta)
         gen.event_id = event.id
         if window.get("attention_window_limited"):
-            self._note_window(rec)
+            self.note_window(rec)
 
     def _window_facts(self, gen: Generation) -> dict[str, Any]:
         """What a span's attention signals were computed over, when the probed layer has a window."""
@@ -504,7 +504,7 @@ class Engine:
         context = len(gen.prompt_ids) + len(gen.ids)
         return {"attention_window": self.window.to_dict(), "attention_window_limited": context > self.window.size}
 
-    def _note_window(self, rec: TraceRecorder) -> None:
+    def note_window(self, rec: TraceRecorder) -> None:
         """Say once per run that amax and RIND only see inside the window (the UI lists notes)."""
         if any(e.kind == "note" and e.payload.get("attention_window") for e in rec.trace.events):
             return
@@ -539,7 +539,7 @@ class Engine:
         if rec is not None:
             rec.costs.forward_passes += 1
             if self.window is not None and len(ids) > self.window.size:
-                self._note_window(rec)
+                self.note_window(rec)
         return result
 
 

@@ -140,6 +140,8 @@ class Replay:
         costs.replayed_spans += 1
         costs.replayed_tokens += len(tokens)
         gen.event_id = rec.add("generation", **{**p, "seconds": 0.0, "replayed": True}).id
+        if p.get("attention_window_limited") and engine is not None:
+            engine.note_window(rec)  # what the engine adds after such a span, so the ids stay the parent's
         return gen
 
     def measurement(self, engine: Any, rec: TraceRecorder, *, prompt: Any, purpose: str, primary: str) -> Any:
