@@ -86,3 +86,30 @@ def test_a_rerun_question_counts_once_preferring_the_complete_run() -> None:
     scores = score_runs(_pairs([failed, done]))
     assert len(scores.runs) == 1 and scores.runs[0].run_id == done.run_id
     assert scores.cell("sr", "hotpotqa").means["em"] == 1.0
+
+
+def test_the_answer_badge_follows_the_normalised_scores_not_the_gold_string() -> None:
+    from explorer.eval.scores import answer_verdict
+    from explorer.ui.panels import header
+    from explorer.ui.view import TraceView, ViewOptions
+
+    def verdict(answer: str, answers: list[str], output: str = "", **kw):
+        trace = make_trace("sr", answer, answers, **kw)
+        trace.output = output or trace.output
+        return answer_verdict(trace), header.render(TraceView(trace), ViewOptions())
+
+    # the gold string is there, but the answer does not match it under normalisation
+    wrong, html = verdict("1923", ["Alejandro Jodorowsky"], output="Alejandro Jodorowsky was born in 1923. "
+                          "So the answer is 1923.")  # only the reasoning names the gold
+    assert wrong.label == "wrong" and 'dre-badge bad">wrong' in html and "contains gold" not in html
+    assert verdict("13,677", ["3,677"])[0].label == "wrong"  # "3,677" is a substring, 13677 is another number
+    bellamy = verdict("Jillian Bellamy", ["Jillian Bell"])[0]
+    assert bellamy.kind == "part" and bellamy.label == "partial · F1 0.50" and not bellamy.matches
+    # no literal gold string, yet a match once normalised (punctuation, articles, case)
+    assert verdict("3677.", ["3,677"])[0].label == "exact match"
+    exact, html = verdict("THE  Colisée!", ["Colisée"])
+    assert exact.kind == "ok" and exact.em == 1.0 and 'dre-badge ok">exact match' in html
+    inside = verdict("Jillian Bell, the actress", ["Jillian Bell"])[0]
+    assert inside.label == "contains gold" and inside.matches and inside.em == 0.0
+    assert verdict("Yes, both are.", ["yes"], qtype="yesno")[0].label == "right"
+    assert verdict("x", [])[0] is None

@@ -19,7 +19,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from explorer.eval.metrics import exact_match, passage_recall, to_yes_no, token_scores, yes_no_accuracy
+from explorer.eval.metrics import (
+    contains_answer,
+    exact_match,
+    passage_recall,
+    to_yes_no,
+    token_scores,
+    yes_no_accuracy,
+)
 from explorer.methods.base import method_rank
 from explorer.trace import Trace
 
@@ -110,6 +117,55 @@ def score_trace(trace: Trace) -> dict[str, Any]:
                discarded_tokens=c.discarded_tokens, wall_time=c.total_time)
     out["complete"] = trace.status == "complete"
     return out
+
+
+@dataclass(frozen=True)
+class AnswerVerdict:
+    """How a run's short answer stands against its gold answers: the badge a view shows beside it.
+
+    Decided on the extracted answer only (never the whole output, whose reasoning may name the
+    gold entity while the answer names another) and under the evaluation's own normalisation, so
+    a badge never says more than the run's EM/F1 in an evaluation would."""
+
+    label: str
+    #: ``ok`` (exact match, or the right yes/no), ``part`` (the gold inside a longer answer, or a
+    #: partial token overlap) or ``bad``.
+    kind: str
+    em: float | None = None
+    f1: float | None = None
+
+    @property
+    def matches(self) -> bool:
+        """The answer counts as right: an exact match, the right yes/no, or the gold inside it."""
+        return self.kind == "ok" or self.label == CONTAINS_GOLD
+
+
+CONTAINS_GOLD = "contains gold"
+
+
+def answer_verdict(trace: Trace) -> AnswerVerdict | None:
+    """The verdict on ``trace.answer`` (None without gold answers or without an answer).
+
+    ``exact match`` when EM is 1; ``contains gold`` when a normalised gold alias occurs in the
+    normalised answer as whole words ("Jillian Bell, the actress"), which EM misses but token
+    recall does not; ``partial`` with its F1 when only some words overlap; otherwise ``wrong``.
+    Yes/no questions are right or wrong by :func:`to_yes_no`, as the evaluation scores them."""
+    gold = trace.gold if isinstance(trace.gold, dict) else {}
+    answers = [a for a in gold.get("answers") or [] if isinstance(a, str)]
+    if not answers or trace.answer is None:
+        return None
+    answer = str(trace.answer)
+    if is_yes_no(gold) and any(to_yes_no(a) for a in answers):
+        right = yes_no_accuracy(answer, answers)
+        return AnswerVerdict("right" if right else "wrong", "ok" if right else "bad")
+    em, f1 = exact_match(answer, answers), token_scores(answer, answers)["f1"]
+    if em:
+        return AnswerVerdict("exact match", "ok", em, f1)
+    if contains_answer(answer, answers):
+        return AnswerVerdict(CONTAINS_GOLD, "part", em, f1)
+    if f1 > 0:
+        return AnswerVerdict(f"partial · F1 {f1:.2f}", "part", em, f1)
+    return AnswerVerdict("wrong", "bad", em, f1)
 
 
 def primary_score(scores: dict[str, Any]) -> float | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from explorer.eval.metrics import contains_answer, exact_match
+from explorer.eval.scores import answer_verdict
 from explorer.ui.html import badge, esc, fmt
 from explorer.ui.view import TraceView, ViewOptions
 
@@ -60,14 +60,8 @@ def render(view: TraceView, opts: ViewOptions) -> str:
     t = view.trace
     status = badge(t.status, f"status-{t.status}")
     answer = t.answer if t.answer is not None else ("…" if t.status == "running" else "–")
-    verdict = ""
-    if view.gold_answers and t.answer is not None:
-        if exact_match(t.answer, view.gold_answers):
-            verdict = badge("exact match", "ok")
-        elif contains_answer(t.output or t.answer, view.gold_answers):
-            verdict = badge("contains gold", "part")
-        else:
-            verdict = badge("wrong", "bad")
+    judged = answer_verdict(t)
+    verdict = badge(judged.label, judged.kind) if judged is not None else ""
     gold = ""
     if view.gold_answers:
         gold = f'<div class="dre-gold">gold: {esc(" | ".join(view.gold_answers))}</div>'
