@@ -22,17 +22,43 @@ def shared_data_dir() -> Path:
     return Path(env) if env else PROJECT_ROOT.parent / "shared" / "data"
 
 
-def cache_dir(*parts: str) -> Path:
-    """A folder under the user cache directory, created on demand."""
+def cache_root() -> Path:
+    """The user cache directory (``EXPLORER_CACHE``, else the XDG cache), not created here."""
     base = os.environ.get("EXPLORER_CACHE")
     if base:
-        root = Path(base)
-    else:
-        xdg = os.environ.get("XDG_CACHE_HOME")
-        root = (Path(xdg) if xdg else Path.home() / ".cache") / "dynamic-rag-explorer"
-    path = root.joinpath(*parts)
+        return Path(base)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "dynamic-rag-explorer"
+
+
+def cache_dir(*parts: str) -> Path:
+    """A folder under the user cache directory, created on demand."""
+    path = cache_root().joinpath(*parts)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def portable_path(path: str | Path) -> str:
+    """How a trace names a file or folder, without the absolute path of the machine that ran it.
+
+    Traces travel (the app ships recorded ones, runs are exported and shared), so a path inside
+    a known place is named relative to it: ``cache:indexes/demo-…`` for the explorer's cache,
+    ``data:hotpotqa/…`` for the shared benchmark data, ``corpora/demo/passages.jsonl`` for the
+    project's own files, ``~/models/x.gguf`` for the user's home. A relative path is kept as
+    given; an absolute path elsewhere is the user's own choice and is kept too.
+    """
+    given = Path(path).expanduser()
+    if not given.is_absolute():
+        return given.as_posix()
+    resolved = given.resolve()
+    for prefix, root in (("cache:", cache_root()), ("data:", shared_data_dir()), ("", PROJECT_ROOT),
+                         ("~/", Path.home())):
+        try:
+            inside = resolved.relative_to(root.expanduser().resolve())
+        except (ValueError, OSError):
+            continue
+        return prefix + inside.as_posix() if inside.parts else (prefix.rstrip("/:") or ".")
+    return str(path)
 
 
 def default_db_path() -> Path:

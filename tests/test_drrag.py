@@ -67,14 +67,21 @@ def test_a_fresh_cache_uses_the_shipped_classifier(tiny_lm, demo_retriever, tmp_
 
     monkeypatch.setenv("EXPLORER_CACHE", str(tmp_path / "empty-cache"))
     monkeypatch.setenv("EXPLORER_DATA", str(tmp_path / "no-data"))
-    runtime = Runtime(engine=Engine(tiny_lm), retriever=demo_retriever, corpus={"name": "demo"})
+    from explorer.paths import PROJECT_ROOT
+    from explorer.runtime import corpus_facts
+
+    runtime = Runtime(engine=Engine(tiny_lm), retriever=demo_retriever, corpus=corpus_facts(demo_retriever, "demo"))
     trace = run_question("drrag", GREEN, runtime, config=SHORT)
     check_drrag_trace(trace, SHORT, "classifier")
+    # the corpus, its index and the classifier are named by their place, not by this machine's paths
+    assert trace.corpus["source"] == "corpora/demo/passages.jsonl" and not trace.corpus["index"].startswith("/")
+    assert str(PROJECT_ROOT) not in trace.to_json() and str(tmp_path) not in trace.to_json()
     assert trace.of_kind("classifier"), "CFS must have judged at least one pair"
     assert trace.costs.llm_calls <= 2  # one answer (+ one completion of the phrase): no call per pair
     selection = trace.of_kind("selection")[-1].payload
     source = selection["judge_source"]
-    assert source["origin"] == "shipped" and source["path"] == str(PairClassifier.shipped_path())
+    assert source["origin"] == "shipped" and source["path"] == "explorer/data/pair_classifier"  # no machine's path
+    assert PairClassifier.shipped_path().as_posix().endswith(source["path"])
     assert source["family"] in ("logreg", "mlp", "boosted-trees") and 0.0 < source["held_out_f1"] <= 1.0
     notes = [n.payload["message"] for n in trace.of_kind("note")]
     assert any("shipped with the explorer" in n for n in notes)

@@ -318,8 +318,9 @@ def test_a_users_gguf_is_converted_once_and_matches_the_gguf_exactly(embedded_lm
     messages: list[str] = []
     from_gguf = load_model(str(gguf), attn_implementation="eager", progress=messages.append)
     assert from_gguf.extra["gguf_file"] == gguf.name
-    copy = Path(from_gguf.extra["converted_copy"])
-    assert copy == converted_dir(sha256_file(gguf), "float32") and verify_copy(copy)
+    copy = converted_dir(sha256_file(gguf), "float32")
+    assert from_gguf.extra["converted_copy"] == "cache:" + copy.relative_to(tmp_path / "cache").as_posix()
+    assert verify_copy(copy) and from_gguf.source == str(gguf)  # a path outside the known places stays as given
     direct = AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file=gguf.name, dtype=torch.float32,
                                                   attn_implementation="eager").eval()
     prompts = ["Question: Who wrote Hamlet?\nAnswer:", "In 1969, the first humans", "Photosynthesis is"]
@@ -340,7 +341,7 @@ def test_a_users_gguf_is_converted_once_and_matches_the_gguf_exactly(embedded_lm
     shutil.copy2(gguf, moved)
     again: list[str] = []
     second = load_model(str(moved), attn_implementation="eager", progress=again.append)
-    assert Path(second.extra["converted_copy"]) == copy
+    assert second.extra["converted_copy"] == from_gguf.extra["converted_copy"]
     assert any("converting" in m for m in messages) and not any("converting" in m for m in again)
     assert second.name == "my-model"
 

@@ -34,6 +34,7 @@ from explorer.engine.embedded import (
 )
 from explorer.engine.model import LoadedModel
 from explorer.errors import ModelError
+from explorer.paths import portable_path
 
 DTYPES = ("float32", "float16", "bfloat16")
 _DTYPE_ALIASES = {"fp32": "float32", "f32": "float32", "fp16": "float16", "f16": "float16", "half": "float16",
@@ -196,7 +197,7 @@ def _gguf(path: Path, dtype: str, progress: Callable[[str], None]) -> _Resolved:
         raise
     digest = str((read_manifest(folder) or {}).get("source", {}).get("gguf_sha256", ""))
     return _Resolved(str(folder), "gguf", gguf_file=path.name,
-                     facts=(("gguf_sha256", digest[:16]), ("converted_copy", str(folder))))
+                     facts=(("gguf_sha256", digest[:16]), ("converted_copy", portable_path(folder))))
 
 
 def _model_class(location: str) -> type | None:
@@ -279,9 +280,9 @@ def load_model(spec: str = "embedded", *, dtype: str = "float32", device: str = 
         extra = {"weights": f"{package} {resolved.embedded.quantization} GGUF, de-quantized to float32",
                  "weights_sha256": str(weights.get("sha256", ""))[:16]}
     else:
-        source = resolved.location
+        source = portable_path(resolved.location)
         if resolved.gguf_file is not None:
-            source = str(Path(spec).expanduser().resolve())
+            source = portable_path(Path(spec).expanduser().resolve())
             extra = {"gguf_file": resolved.gguf_file, **extra}
         elif resolved.kind == "hub-cache":
             source = f"hub:{spec}"

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from explorer.errors import ConfigError, CorpusError
-from explorer.paths import cache_dir
+from explorer.paths import cache_dir, portable_path
 from explorer.retrieval.base import Hit, Passage
 from explorer.retrieval.corpora import Corpus
 from explorer.retrieval.index_cache import load_stored, prune_stale, store_folder
@@ -232,12 +232,13 @@ class BM25Retriever:
 
     def describe(self) -> dict:
         """What a trace records about the retriever: enough to know which index answered."""
-        return {"retriever": "bm25", "name": self.name, "source": str(self.corpus.source), "format": self.corpus.format,
+        return {"retriever": "bm25", "name": self.name, "source": portable_path(self.corpus.source),
+                "format": self.corpus.format,
                 "passages": len(self.corpus), "documents": self.corpus.documents,
                 "fingerprint": self.corpus.fingerprint, "engine": engine_name(),
                 "scoring": {"variant": self.params.method, "k1": self.params.k1, "b": self.params.b},
                 "tokenizer": self.settings.as_dict(), "vocabulary": len(self._vocab),
-                "index": str(self.index_path) if self.index_path else None, "index_fingerprint": self.key,
+                "index": portable_path(self.index_path) if self.index_path else None, "index_fingerprint": self.key,
                 "index_type": "BM25 sparse score matrix (bm25s)", "embedder": None}
 
     def __repr__(self) -> str:

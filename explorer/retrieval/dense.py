@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from explorer.errors import ConfigError, CorpusError
-from explorer.paths import cache_dir
+from explorer.paths import cache_dir, portable_path
 from explorer.retrieval.base import Hit, Passage
 from explorer.retrieval.bm25 import _slug
 from explorer.retrieval.corpora import Corpus
@@ -316,12 +316,13 @@ class DenseRetriever:
         """What a trace records: the corpus, the embedding model (name, folder, content hash), the index."""
         faiss = faiss_module() if self._faiss_index is not None else None
         engine = "numpy" if faiss is None else f"faiss {faiss.__version__}"
-        return {"retriever": "dense", "name": self.name, "source": str(self.corpus.source),
+        return {"retriever": "dense", "name": self.name, "source": portable_path(self.corpus.source),
                 "format": self.corpus.format, "passages": self._n, "documents": self.corpus.documents,
                 "fingerprint": self.corpus.fingerprint, "engine": engine, "embedder": self.encoder.name,
-                "embedder_path": str(self.encoder.path), "embedder_fingerprint": model_fingerprint(self.encoder.path),
+                "embedder_path": portable_path(self.encoder.path),
+                "embedder_fingerprint": model_fingerprint(self.encoder.path),
                 "dimension": self.encoder.dim, "similarity": "cosine", "index_type": self.index_type,
-                "index_fingerprint": self.key, "index": str(self.index_path) if self.index_path else None,
+                "index_fingerprint": self.key, "index": portable_path(self.index_path) if self.index_path else None,
                 "dense": asdict(self.params)}
 
     def __repr__(self) -> str:

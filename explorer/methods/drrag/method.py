@@ -36,6 +36,7 @@ from explorer.errors import ConfigError, ModelError
 from explorer.methods import common, judge, prompts
 from explorer.methods.base import Method, register
 from explorer.methods.drrag.selection import CIS_FALLBACKS, Scorer, Selection, cfs_select, cis_select, qdc_select
+from explorer.paths import portable_path
 from explorer.retrieval.base import Hit, Passage
 from explorer.trace import TraceRecorder, register_event_kind
 
@@ -218,7 +219,8 @@ class DrRag(Method, name="drrag", title="DR-RAG (two-stage retrieval + pair clas
             origin = {"shipped": "the classifier shipped with the explorer", "cache": "the classifier retrained into "
                       "the cache", "file": "the classifier"}.get(info["origin"], "the classifier")
             f1 = f", held-out F1 {info['held_out_f1']:.3f}" if isinstance(info.get("held_out_f1"), float) else ""
-            rec.add("note", level="info", message=f"pairs are judged by {origin} at {where} ({info['family']}, "
+            rec.add("note", level="info", message=f"pairs are judged by {origin} at {portable_path(where)} "
+                                                  f"({info['family']}, "
                                                   f"threshold {threshold:.2f}{f1})")
 
             def classify(a: Passage, b: Passage) -> tuple[float, bool]:
@@ -236,8 +238,8 @@ class DrRag(Method, name="drrag", title="DR-RAG (two-stage retrieval + pair clas
         self._judge_source = {"origin": "model", "threshold": threshold}
         reason = ("judge=llm was chosen" if cfg.judge == "llm" else
                   f"the pair classifier cannot be used ({unusable})" if unusable else
-                  f"no trained pair classifier was found at {where} (train one with: python -m explorer "
-                  "train-classifier)")
+                  f"no trained pair classifier was found at {portable_path(where) if where else '?'} (train one "
+                  "with: python -m explorer train-classifier)")
         rec.add("note", level="warning", message=f"{reason}; the model itself judges each pair, one LLM call per pair")
 
         def ask(a: Passage, b: Passage) -> tuple[float, bool]:

@@ -46,7 +46,7 @@ import numpy as np
 
 from explorer.errors import DatasetError, ModelError
 from explorer.methods.drrag.pair_weights import ArrayEstimator, export_estimator
-from explorer.paths import cache_dir, shared_data_dir
+from explorer.paths import cache_dir, portable_path, shared_data_dir
 from explorer.retrieval.base import Passage
 from explorer.retrieval.embeddings import TextEncoder, get_encoder
 
@@ -671,7 +671,8 @@ class PairClassifier:
     def describe(self) -> dict[str, Any]:
         """What a trace and a report say about the classifier: where it came from, its family, threshold and F1."""
         held = ((self.metadata.get("metrics") or {}).get("held_out") or {}).get("overall") or {}
-        return {"origin": self.origin, "path": str(self.source) if self.source else None, "family": self.family,
+        return {"origin": self.origin, "path": portable_path(self.source) if self.source else None,
+                "family": self.family,
                 "threshold": self.threshold, "held_out_f1": held.get("f1"),
                 "feature_version": self.metadata.get("feature_version", FEATURE_VERSION)}
 
