@@ -67,6 +67,51 @@
     });
   }
 
+  /* A recorded case study's caption links to the one thing to look at in the run shown below it.
+   * The link's data-look is data, never code: a JSON list of [attribute, value] steps from the run's
+   * <article data-run> down to the element (a token, a passage, a filter verdict, a re-ranking).
+   * The element is scrolled into view, the <details> around it opened, and highlighted (and
+   * focused) until the next look; a run that is not on the page leaves the link marked missing. */
+  DRE.look = function (link) {
+    var path;
+    try {
+      path = JSON.parse(link.getAttribute("data-look") || "[]");
+    } catch (err) {
+      return false;
+    }
+    if (!Array.isArray(path) || !path.length) return false;
+    var selector = path.map(function (step) {
+      var name = String(step[0]).replace(/[^a-z0-9-]/gi, "");
+      return "[" + name + '="' + CSS.escape(String(step[1])) + '"]';
+    }).join(" ");
+    var target = document.querySelector(selector);
+    link.classList.toggle("dre-look-missing", !target);
+    if (!target) {
+      link.title = "This recorded run is not shown now: open it from the table of recorded runs.";
+      return false;
+    }
+    document.querySelectorAll(".dre-look-target").forEach(function (el) { el.classList.remove("dre-look-target"); });
+    for (var d = target.closest("details"); d; d = d.parentElement ? d.parentElement.closest("details") : null) {
+      d.open = true;
+    }
+    target.classList.add("dre-look-target");
+    if (!target.hasAttribute("tabindex")) target.setAttribute("tabindex", "-1");
+    target.scrollIntoView({ block: "center", behavior: "smooth" });
+    target.focus({ preventScroll: true });
+    return true;
+  };
+
+  if (!DRE.lookLinks) {
+    DRE.lookLinks = true;
+    document.addEventListener("click", function (event) {
+      var link = event.target && event.target.closest ? event.target.closest("a.dre-look") : null;
+      if (link) {
+        event.preventDefault();
+        DRE.look(link);
+      }
+    });
+  }
+
   /* ---- Forks (the app only: a view bound to the server; an offline report has none) ----
    * A token of a finished run's strip, or a retrieval card's "fork" button, opens a small menu of
    * what the server says resolve() accepts there (refused actions show their message). The

@@ -46,7 +46,7 @@ def test_the_gallery_holds_the_four_papers_case_studies_with_their_methods(shelf
         q = cases[item.case]
         assert trace.question == q.question == item.question and item.question_id == q.id
         assert trace.gold.get("answers") == q.answers  # the gold answer travels with the recorded run
-        assert trace.model.get("name") == embedded_display_name("embedded")
+        assert trace.model.get("name") == item.model == embedded_display_name(gallery.model_of(item.case, item.method))
         assert trace.corpus.get("spec") == "demo"
         assert item.retrievals == trace.costs.retrievals and item.answer == str(trace.answer or "")
     assert shelf.first is not None and (shelf.first.case, shelf.first.method) == gallery.FIRST

@@ -65,7 +65,7 @@ def heat(intensity: float | None, rgb: tuple[int, int, int] = (234, 88, 12)) -> 
 HELP_ANCHORS = {"strip": "help-strip", "signal": "help-signal", "queries": "help-queries",
                 "retrievals": "help-retrievals", "uncertainty": "help-seakr", "filter": "help-blendfilter",
                 "stages": "help-drrag", "costs": "help-costs", "compare": "help-compare", "fork": "help-fork",
-                "family": "help-family"}
+                "family": "help-family", "story": "help-case-story"}
 
 
 def help_link(panel: str) -> str:

@@ -251,7 +251,8 @@ def wire_recorded(tab: RunTab, shelf: gallery.Gallery, cache: TraceCache, on_run
     """A recorded run opens with no model call; "Run it live" sets the controls to it and runs it."""
     qc, ms, view, block = tab.questions, tab.settings, tab.view, tab.shelf_block
     block.table.click(gallery_block.opener(shelf, cache), [block.table, view.signal],
-                      [view.html, view.state, view.run, view.theta, block.note, block.row, block.key, tab.run.status],
+                      [view.html, view.state, view.run, view.theta, block.note, block.row, block.key, tab.run.status,
+                       block.story],
                       queue=False, **QUIET)
     method_params = {m: [(name, c) for (mm, name), c in ms.params.items() if mm == m] for m in tab.methods}
     fill_outputs = [qc.source, qc.picked, qc.question, qc.gold, tab.run.chosen, *ms.variants.values(),
@@ -263,8 +264,9 @@ def wire_recorded(tab: RunTab, shelf: gallery.Gallery, cache: TraceCache, on_run
         if item is None or trace is None:
             return [gr.skip()] * len(fill_outputs)
         q = questions.find(questions.CASES, f"demo:{item.question_id}")
-        values = {c: gr.update(value=trace.config[name]) for name, c in method_params.get(item.method, [])
-                  if name in trace.config}
+        settings = gallery.live_settings(trace, tab.model)  # a preset of another model is not carried over
+        values = {c: gr.update(value=settings[name]) for name, c in method_params.get(item.method, [])
+                  if name in settings}
         return [gr.skip() if src == questions.CASES else questions.CASES,
                 f"demo:{item.question_id}", item.question, gold_html(q), [item.method],
                 *(trace.variant if m == item.method else gr.skip() for m in ms.variants),
@@ -317,7 +319,7 @@ def build(settings: Any, controller: RunController, cache: TraceCache, shelf: ga
         shelf_block = gallery_block.build(shelf, cache)
         view = viewblock.build("run", cache, head, '<p class="dre-empty">Pick a question and methods, then '
                                "press Run. Tokens appear as the model writes them.</p>",
-                               shown=viewblock.Shown([first.run_id]) if first else None,
+                               shown=gallery_block.shown_for(first, shelf) if first else None,
                                forker=forkblock.Forker(controller))
     tab = RunTab(qc, rc, ms, shelf_block, view, methods, model)
     wire(tab, controller, cache, shelf)

@@ -56,14 +56,16 @@ def render(view: TraceView, opts: ViewOptions) -> str:
         for pid in (str(i) for i in e.payload.get("passage_ids") or []):
             verdict = badge("kept", "ok") if pid in kept else badge("dropped", "bad")
             gold_mark = " " + badge("gold", "gold") if pid in gold else ""
-            rows.append(f"<li>{verdict} <b>{esc(_title(view, pid))}</b> <code>{esc(pid)}</code>{gold_mark}</li>")
+            rows.append(f'<li data-passage="{esc(pid)}">{verdict} <b>{esc(_title(view, pid))}</b> '
+                        f"<code>{esc(pid)}</code>{gold_mark}</li>")
         query = (f'<div class="dre-query">query ({esc(q.payload.get("source"))}): '
                  f'<q>{esc(short(q.payload.get("text", ""), 300))}</q></div>') if q is not None else ""
         raw = ("" if opts.compact else
                f'<details><summary>the filter\'s raw answer</summary><pre>{esc(e.payload.get("raw_answer"))}</pre>'
                "</details>")
         name = f" · {esc(e.payload['set'])} set" if e.payload.get("set") else ""
-        columns.append(f'<div class="dre-filtercol"><div class="dre-qhead">filter #{e.id}{name} · step {e.step}'
+        columns.append(f'<div class="dre-filtercol" data-filter="{e.id}">'
+                       f'<div class="dre-qhead">filter #{e.id}{name} · step {e.step}'
                        f'{f" · R{view.retrieval_number[r.id]}" if r is not None else ""}</div>{query}'
                        f'<ul class="dre-verdicts">{"".join(rows)}</ul>{raw}</div>')
     body = f'<div class="dre-filtergrid">{"".join(columns)}</div>'

@@ -18,10 +18,11 @@ def _hit(hit: dict, gold: set[str], compact: bool) -> str:
             f'<span class="dre-score">score {esc(fmt(hit.get("score")))}</span> <code>{esc(pid)}</code>'
             + (" " + badge("gold", "gold") if is_gold else ""))
     text = esc(hit.get("text", ""))
+    item = f'<li class="dre-hit{" is-gold" if is_gold else ""}" data-passage="{esc(pid)}">'
     if compact:
-        return f'<li class="dre-hit{" is-gold" if is_gold else ""}">{head}</li>'
-    return (f'<li class="dre-hit{" is-gold" if is_gold else ""}"><details><summary>{head}</summary>'
-            f'<p class="dre-passage">{text}</p></details></li>')
+        return f"{item}{head}</li>"
+    return f'{item}<details><summary>{head}</summary><p class="dre-passage">{text}</p></details></li>'
+
 
 
 def _state(p: dict) -> str:

@@ -96,8 +96,9 @@ def _rerank(e: Any) -> str:
     fig = figure([go.Bar(x=labels, y=values, marker={"color": colours}, hovertext=hover, hoverinfo="text")],
                  yaxis={"title": {"text": "U with this passage", "font": {"size": 10}}}, margin={"b": 60})
     kept = ", ".join(sorted(chosen)) or "none"
-    return (f'<div class="dre-qhead">rerank #{e.id} · step {e.step}: kept <code>{esc(kept)}</code> '
-            "(lowest U), bars in search-engine rank order</div>" + plot(fig, height=200, name="rerank"))
+    return (f'<div class="dre-rerank" data-rerank="{e.id}"><div class="dre-qhead">rerank #{e.id} · step {e.step}: '
+            f"kept <code>{esc(kept)}</code> (lowest U), bars in search-engine rank order</div>"
+            + plot(fig, height=200, name="rerank") + "</div>")
 
 
 def _spectra(events: list[Any]) -> str:
