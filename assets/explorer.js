@@ -94,6 +94,8 @@
     for (var d = target.closest("details"); d; d = d.parentElement ? d.parentElement.closest("details") : null) {
       d.open = true;
     }
+    var own = target.querySelector(":scope > details");  // a passage: show its text too
+    if (own) own.open = true;
     target.classList.add("dre-look-target");
     if (!target.hasAttribute("tabindex")) target.setAttribute("tabindex", "-1");
     target.scrollIntoView({ block: "center", behavior: "smooth" });

@@ -185,7 +185,8 @@ def test_a_caption_link_scrolls_to_and_highlights_its_target_in_chromium() -> No
                                    timeout=5_000)
             assert page.evaluate("document.activeElement.classList.contains('dre-look-target')")
             assert page.evaluate("[...document.querySelectorAll('.dre-look-target')].every(el => "
-                                 "!el.closest('details') || el.closest('details').open)")
+                                 "(!el.closest('details') || el.closest('details').open) && "
+                                 "[...el.querySelectorAll(':scope > details')].every(d => d.open))")
             page.close()
         page = context.new_page()
         page.set_content(f"<html><body>{case_story.render(told('seakr-seakr'))}<script>{script}</script></body></html>")
