@@ -87,3 +87,14 @@ def test_a_damaged_trace_file_is_reported_with_its_name(tmp_path: Path) -> None:
     (folder / name).write_text('{"version": 1, "events": [', encoding="utf-8")
     broken = gallery.load(folder)
     assert broken.items == [] and name in broken.problem
+
+
+def test_run_it_live_leaves_a_preset_of_the_recording_model_to_the_apps_model(shelf) -> None:
+    """A run recorded on Gemma with its threshold preset, rerun on SmolLM2, takes SmolLM2's own preset."""
+    trace = shelf.trace("dragin-dragin")
+    gemma, smol = embedded_display_name("gemma3-270m"), embedded_display_name("embedded")
+    assert trace.model["name"] == gemma and trace.config_sources["threshold"] == "preset"
+    same, other = gallery.live_settings(trace, gemma), gallery.live_settings(trace, smol)
+    assert same == trace.config and other["threshold"] == 0.3 != trace.config["threshold"]
+    assert {k: v for k, v in other.items() if k != "threshold"} == {k: v for k, v in trace.config.items()
+                                                                    if k != "threshold"}
