@@ -6,6 +6,7 @@ Two real apps (``python app.py --lazy``, so no model loads): one open on 127.0.0
 
 from __future__ import annotations
 
+import http.client
 import os
 import socket
 import stat
@@ -23,6 +24,7 @@ from explorer.ui.guard import LoginThrottle
 from tests.browser_support import ROOT, start_app
 
 USER, PASSWORD = "alice", "correct-horse-battery"
+PROXY = "127.0.0.2"  # the one reverse proxy the locked app is told to believe
 
 
 def request(url: str, *, data: bytes | None = None, headers: dict[str, str] | None = None,
@@ -53,6 +55,22 @@ def login(url: str, password: str) -> tuple[int, dict[str, str]]:
     return status, headers
 
 
+def login_from(url: str, source: str, password: str, forwarded_for: str | None = None) -> int:
+    """A login sent from the loopback address ``source`` (any 127.x address reaches the server on Linux)."""
+    parts = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30, source_address=(source, 0))
+    headers = {"Content-Type": "application/x-www-form-urlencoded"}
+    if forwarded_for is not None:
+        headers["X-Forwarded-For"] = forwarded_for
+    try:
+        conn.request("POST", "/login", urllib.parse.urlencode({"username": USER, "password": password}), headers)
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
+
+
 @pytest.fixture(scope="module")
 def open_app(tmp_path_factory):
     app = start_app(tmp_path_factory.mktemp("open"), name="open", extra_args=("--lazy",))
@@ -62,8 +80,8 @@ def open_app(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def locked_app(tmp_path_factory):
-    app = start_app(tmp_path_factory.mktemp("locked"), name="locked", extra_args=("--lazy", "--auth",
-                                                                                  f"{USER}:{PASSWORD}"))
+    app = start_app(tmp_path_factory.mktemp("locked"), name="locked",
+                    extra_args=("--lazy", "--auth", f"{USER}:{PASSWORD}", "--forwarded-allow-ips", PROXY))
     yield app
     app.stop()
 
@@ -126,6 +144,23 @@ def test_wrong_passwords_back_off_and_the_right_one_resets(locked_app) -> None:
     assert time.monotonic() - started < 30
 
 
+def test_forwarding_headers_count_only_from_named_proxies() -> None:
+    from explorer.ui.guard import ForwardedTrust, apply_forwarding, parse_proxies
+
+    trust = ForwardedTrust(parse_proxies("10.0.0.0/8, ::1"))
+    scope = {"type": "http", "client": ("10.2.3.4", 5), "scheme": "http",
+             "headers": [(b"x-forwarded-for", b"1.1.1.1, [2001:db8::1]:443"), (b"x-forwarded-proto", b"https"),
+                         (b"x-forwarded-host", b"evil.example"), (b"host", b"app")]}
+    named = apply_forwarding(scope, trust)
+    assert named["client"] == ("2001:db8::1", 0) and named["scheme"] == "https"
+    stranger = apply_forwarding({**scope, "client": ("192.0.2.7", 5)}, trust)
+    assert stranger["client"] == ("192.0.2.7", 5) and stranger["scheme"] == "http"
+    assert stranger["headers"] == [(b"host", b"app")]  # Gradio never sees a stranger's forwarded host
+    assert apply_forwarding(scope, ForwardedTrust())["client"] == ("10.2.3.4", 5)  # the default names no proxy
+    with pytest.raises(ValueError):
+        parse_proxies("10.0.0.1,not-an-address")
+
+
 def test_the_throttle_doubles_its_wait_up_to_a_cap() -> None:
     now = [0.0]
     throttle = LoginThrottle(free=3, base=1.0, cap=8.0, clock=lambda: now[0])
@@ -156,6 +191,19 @@ def test_uploads_are_allowed_only_when_a_component_takes_files() -> None:
     assert refused_filename(b'filename="a.jsonl"\r\n..filename="b.exe"', (".jsonl",)) == "b.exe"
 
 
+def test_a_forged_forwarded_address_does_not_escape_the_throttle(locked_app) -> None:
+    """Last of the locked app's tests: it leaves 127.0.0.1 (the peer uvicorn itself would believe) throttled."""
+    url = locked_app.url
+    statuses = [login_from(url, "127.0.0.1", "wrong", f"10.0.0.{n}") for n in range(30)]
+    assert statuses[:5] == [400] * 5 and set(statuses[5:]) == {429}, statuses  # one count: the real peer's
+    assert login_from(url, "127.0.0.1", PASSWORD, "10.0.0.99") == 429
+    # the named proxy's word is taken: each client it reports is counted apart
+    assert [login_from(url, PROXY, "wrong", "10.1.0.1") for _ in range(6)] == [400] * 5 + [429]
+    assert login_from(url, PROXY, "wrong", "10.1.0.9, 10.1.0.1") == 429  # a client's own claim, left of the proxy's
+    assert login_from(url, PROXY, "wrong", "10.1.0.2") == 400
+    assert login_from(url, PROXY, PASSWORD, "10.1.0.2") == 200
+
+
 # -- options ---------------------------------------------------------------------------------------------
 
 
@@ -172,6 +220,7 @@ def run_main(argv: list[str], capsys) -> tuple[int, str]:
     (["--port", "-1"], "-1 is not a TCP port"),
     (["--host", "host.invalid"], "cannot resolve the address"),
     (["--auth", "nocolon"], "--auth must be USER:PASSWORD"),
+    (["--forwarded-allow-ips", "10.0.0.1,proxy.example"], "--forwarded-allow-ips (or EXPLORER_FORWARDED_ALLOW_IPS)"),
 ])
 def test_bad_server_options_are_refused_before_anything_loads(argv, expected, capsys, tmp_path) -> None:
     code, err = run_main([*argv, "--db", str(tmp_path / "x.sqlite"), "--lazy"], capsys)

@@ -168,20 +168,22 @@ def build_app(settings: AppSettings) -> gr.Blocks:
 
 
 def launch(demo: gr.Blocks, *, host: str, port: int, auth: tuple[str, str] | None = None,
-           quiet: bool = False, uploads: bool | None = None) -> None:
+           quiet: bool = False, uploads: bool | None = None, proxies: tuple[Any, ...] = ()) -> None:
     """Serve with a bounded queue and nothing fetched from outside (no analytics, no CDN, no SSR).
 
     The :mod:`~explorer.ui.guard` middleware sits in front: no API schema routes, uploads only
-    when a component takes files (``uploads=None`` decides from the layout), and a backoff on
-    repeated wrong passwords.
+    when a component takes files (``uploads=None`` decides from the layout), a backoff on
+    repeated wrong passwords, and forwarding headers believed only from ``proxies``.
     """
     from starlette.middleware import Middleware
 
-    from explorer.ui.guard import MAX_UPLOAD, Guard, GuardSettings, needs_uploads, upload_suffixes
+    from explorer.ui.guard import MAX_UPLOAD, ForwardedTrust, Guard, GuardSettings, needs_uploads, upload_suffixes
 
     allow = needs_uploads(demo) if uploads is None else uploads
     guard = Middleware(Guard, settings=GuardSettings(uploads=allow, login=auth is not None,
-                                                     upload_suffixes=upload_suffixes(demo)))
+                                                     upload_suffixes=upload_suffixes(demo),
+                                                     forwarded=ForwardedTrust(tuple(proxies))))
+    os.environ["FORWARDED_ALLOW_IPS"] = ""  # uvicorn believes no forwarding header; the guard decides
     demo.queue(default_concurrency_limit=4, max_size=64).launch(
         server_name=host, server_port=port, auth=auth, show_error=False, quiet=quiet, ssr_mode=False,
         footer_links=["api"], pwa=False, mcp_server=False, css_paths=css_paths(), theme=gr.themes.Default(),

@@ -12,12 +12,18 @@ schemas, and password guessing.
 * With a login, each client address gets :data:`FREE_ATTEMPTS` wrong passwords; after that it
   must wait before the next try, twice as long after each further failure (1 s, 2 s, 4 s, ...
   up to five minutes), and gets ``429 Too Many Requests`` with ``Retry-After`` meanwhile. A
-  correct password resets the count. Behind a reverse proxy every client shares the proxy's
-  address, so the backoff then applies to all of them together, never to none.
+  correct password resets the count.
+* The client address is the connection's peer. ``X-Forwarded-For`` (and the other forwarding
+  headers) count only when the peer is a proxy the operator named (:class:`ForwardedTrust`,
+  ``--forwarded-allow-ips``); from anyone else they are dropped, so a client cannot pick its own
+  throttle count by sending a new address with each guess. Behind an unnamed reverse proxy every
+  client shares the proxy's address, so the backoff then applies to all of them together, never
+  to none.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
 import re
@@ -41,6 +47,10 @@ LOGIN_ROUTES = ("/login", "/gradio_api/login")
 #: Components through which a browser sends files to the server.
 UPLOAD_COMPONENTS = ("File", "Files", "UploadButton", "Image", "ImageEditor", "Sketchpad", "Paint", "Audio", "Video",
                      "Model3D", "MultimodalTextbox", "Gallery", "ImageSlider", "SimpleImage")
+
+#: Request headers a proxy sets about the client; believed only from a named proxy.
+FORWARDING_HEADERS = (b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host", b"x-forwarded-port",
+                      b"x-forwarded-prefix", b"x-real-ip", b"forwarded")
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -112,12 +122,93 @@ class LoginThrottle:
             self._clients.pop(client, None)
 
 
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def parse_proxies(text: str | None) -> tuple[IPNetwork, ...]:
+    """The proxies named by ``--forwarded-allow-ips``: addresses or networks, comma-separated.
+
+    Raises ValueError naming the first entry that is neither (the caller words the message)."""
+    networks = []
+    for entry in (text or "").split(","):
+        entry = entry.strip()
+        if entry:
+            networks.append(ipaddress.ip_network(entry, strict=False))
+    return tuple(networks)
+
+
+def _address(text: str) -> str | None:
+    """The IP address in one ``X-Forwarded-For`` entry (``1.2.3.4``, ``1.2.3.4:80``, ``[::1]:80``), or None."""
+    text = text.strip()
+    if text.startswith("["):
+        text = text[1:].partition("]")[0]
+    elif text.count(":") == 1:
+        text = text.partition(":")[0]
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class ForwardedTrust:
+    """Which peers may say, in forwarding headers, who the client is (none unless named)."""
+
+    proxies: tuple[IPNetwork, ...] = ()
+
+    def trusts(self, host: str | None) -> bool:
+        if not host or not self.proxies:
+            return False
+        try:
+            ip = ipaddress.ip_address(host)
+        except ValueError:
+            return False
+        return any(ip in net for net in self.proxies)
+
+    def client(self, peer: str | None, forwarded_for: str) -> str | None:
+        """The client behind a named proxy: the last ``X-Forwarded-For`` entry that is not itself a named
+        proxy (each proxy appends the address it saw, so entries to its left are the client's own claims).
+        None when the header names no usable address."""
+        if not self.trusts(peer):
+            return None
+        entries = [e for e in forwarded_for.split(",") if e.strip()]
+        for entry in reversed(entries):
+            address = _address(entry)
+            if address is None:
+                return None
+            if not self.trusts(address):
+                return address
+        return _address(entries[0]) if entries else None
+
+
+def apply_forwarding(scope: Scope, trust: ForwardedTrust) -> Scope:
+    """``scope`` with the client (and scheme) a named proxy reports; from any other peer, without the
+    forwarding headers at all, so nothing downstream (the login throttle, Gradio's URL building) reads them."""
+    headers = scope.get("headers") or []
+    if not any(name in FORWARDING_HEADERS for name, _ in headers):
+        return scope
+    peer = (scope.get("client") or (None, 0))[0]
+    if not trust.trusts(peer):
+        return {**scope, "headers": [(k, v) for k, v in headers if k not in FORWARDING_HEADERS]}
+    scope = dict(scope)
+    forwarded_for = b", ".join(v for k, v in headers if k == b"x-forwarded-for").decode("latin-1")
+    client = trust.client(peer, forwarded_for) if forwarded_for else None
+    if client is not None:
+        scope["client"] = (client, 0)
+    proto = next((v.decode("latin-1").strip().lower() for k, v in headers if k == b"x-forwarded-proto"), "")
+    if proto in ("http", "https", "ws", "wss"):
+        scope["scheme"] = proto.replace("http", "ws") if scope.get("type") == "websocket" else proto
+    return scope
+
+
 @dataclass
 class GuardSettings:
     uploads: bool = False
     login: bool = False
     #: With uploads on: the file-name endings accepted (None: any).
     upload_suffixes: tuple[str, ...] | None = None
+    #: Proxies whose forwarding headers name the client (none by default).
+    forwarded: ForwardedTrust = ForwardedTrust()
 
 
 def _path(scope: Scope) -> str:
@@ -146,6 +237,10 @@ class Guard:
         self.throttle = throttle or LoginThrottle()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope.get("type") not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        scope = apply_forwarding(scope, self.settings.forwarded)
         if scope.get("type") != "http":
             await self.app(scope, receive, send)
             return
