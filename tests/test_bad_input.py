@@ -10,9 +10,11 @@ cases go to one real app (started ``--lazy``, so none of them loads the model).
 from __future__ import annotations
 
 import functools
+import os
 import re
 import shutil
 import sqlite3
+import subprocess
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +77,16 @@ def paths(tmp_path_factory) -> dict[str, str]:
     (root / "cfg").mkdir()
     (root / "cfg" / "config.json").write_text("{}")
     (root / "bad_questions.jsonl").write_text('{"question": "no answers here"}\n')
+    # outputs that are not regular files: a named pipe, links to a device and to a folder, a link loop
+    os.mkfifo(root / "pipe")
+    (root / "to_null").symlink_to("/dev/null")
+    (root / "to_folder").symlink_to(root / "cfg")
+    (root / "loop_a").symlink_to(root / "loop_b")
+    (root / "loop_b").symlink_to(root / "loop_a")
+    (root / "report_dir").mkdir()
+    (root / "report_dir" / "summary.csv").symlink_to("/dev/null")
+    (root / "classifier_dir").mkdir()
+    os.mkfifo(root / "classifier_dir" / "weights.safetensors")
     from explorer.engine.embedded import cached_wheel_path
 
     wheel = cached_wheel_path()
@@ -132,6 +144,38 @@ CLI_CASES = [
     Case("run-json-is-folder", ("run", "--method", "wo", "--question", "Q?", "--json", "{tmp}"), ("is a folder",)),
     Case("run-json-under-file", ("run", "--method", "wo", "--question", "Q?", "--json", "{file}/t.json"),
          ("is a file, not a folder",)),
+    # outputs that are not regular files are refused before anything loads, for every output option
+    Case("run-json-device", ("run", "--method", "wo", "--question", "Q?", "--json", "/dev/full"),
+         ("--json /dev/full", "a character device, not a regular file")),
+    Case("run-json-fifo", ("run", "--method", "wo", "--question", "Q?", "--json", "{tmp}/pipe"),
+         ("a named pipe (FIFO), not a regular file",)),
+    Case("run-json-link-to-device", ("run", "--method", "wo", "--question", "Q?", "--json", "{tmp}/to_null"),
+         ("a symbolic link to a character device",)),
+    Case("run-json-link-to-folder", ("run", "--method", "wo", "--question", "Q?", "--json", "{tmp}/to_folder"),
+         ("a symbolic link to a folder, not a file",)),
+    Case("run-json-link-loop", ("run", "--method", "wo", "--question", "Q?", "--json", "{tmp}/loop_a"),
+         ("symbolic link loop",)),
+    Case("run-db-device", ("run", "--method", "wo", "--question", "Q?", "--db", "/dev/full"),
+         ("/dev/full: this is a character device, not a database file",)),
+    Case("run-db-link-loop", ("run", "--method", "wo", "--question", "Q?", "--db", "{tmp}/loop_a"),
+         ("symbolic link loop",)),
+    Case("fork-json-device", ("fork", "earlier0000000000000000000000001", "--at", "1:0", "--json", "/dev/full",
+                              "--db", "{db}"), ("--json /dev/full", "a character device")),
+    Case("eval-db-fifo", ("eval", "--dataset", "demo", "--methods", "wo", "--db", "{tmp}/pipe"),
+         ("a named pipe (FIFO), not a database file",)),
+    Case("report-out-device", ("report", "--db", "{db}", "--name", "x", "--out", "/dev/null"),
+         ("--out /dev/null", "a character device, not a folder")),
+    Case("report-out-holds-device", ("report", "--db", "{db}", "--name", "x", "--out", "{tmp}/report_dir"),
+         ("summary.csv is a character device, not a regular file",)),
+    Case("sweep-out-device", ("sweep", "--method", "dragin", "--param", "threshold", "--values", "0.1,0.2",
+                              "--dataset", "demo", "--out", "/dev/full", "--db", "{db}"), ("not a folder",)),
+    Case("corpus-convert-device", ("corpus", "convert", "demo", "/dev/full", "--force"),
+         ("output /dev/full", "a character device")),
+    Case("corpus-build-out-link-to-device", ("corpus", "build", "--corpus", "{tmp}/broken.jsonl", "--out",
+                                             "{tmp}/to_null"), ("a symbolic link to a character device",)),
+    Case("retrieval-metrics-out-fifo", ("retrieval-metrics", "--out", "{tmp}/pipe"), ("a named pipe (FIFO)",)),
+    Case("train-classifier-out-holds-fifo", ("train-classifier", "--out", "{tmp}/classifier_dir"),
+         ("weights.safetensors is a named pipe (FIFO)",)),
     Case("run-db-under-file", ("run", "--method", "wo", "--question", "Q?", "--db", "{file}/runs.sqlite"),
          ("is a file, not a folder",)),
     Case("run-db-is-folder", ("run", "--method", "wo", "--question", "Q?", "--db", "{tmp}"), ("is a folder",)),
@@ -276,6 +320,50 @@ def test_cli_bad_arguments(case: Case, paths, capsys, no_model) -> None:
     for part in case.expect:
         assert part in text
     assert_intact(paths["db"])
+
+
+def _convert_over(out: Path, capsys) -> tuple[int, str]:
+    """``corpus convert demo`` (80 KB of JSON lines) over an earlier ``out``."""
+    out.write_text("earlier\n")
+    return run_cli(["corpus", "convert", "demo", str(out), "--force"], capsys)
+
+
+def _only_the_earlier_file(out: Path) -> None:
+    assert out.read_text() == "earlier\n"
+    assert [p.name for p in out.parent.iterdir()] == [out.name]  # no temporary file left behind
+
+
+def test_a_full_disk_is_named_and_the_earlier_file_kept(tmp_path, capsys, no_model) -> None:
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = os.geteuid() == 0 and subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32k", "tmpfs", str(disk)],
+                                                   capture_output=True).returncode == 0
+    if not mounted:
+        pytest.skip("a small disk to fill needs mount rights (root); the file-size-limit case covers the rest")
+    try:
+        code, text = _convert_over(disk / "demo.jsonl", capsys)
+        assert code == 1
+        assert_clear(text, (f"output {disk / 'demo.jsonl'}", "No space left on device", "free some space"))
+        _only_the_earlier_file(disk / "demo.jsonl")
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_a_write_cut_short_names_the_path_and_keeps_the_earlier_file(tmp_path, capsys, no_model) -> None:
+    """The process's file-size limit stops the write part-way, as a full disk would (Python ignores SIGXFSZ)."""
+    import resource
+
+    folder = tmp_path / "out"
+    folder.mkdir()
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (16_384, hard))
+    try:
+        code, text = _convert_over(folder / "demo.jsonl", capsys)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert code == 1
+    assert_clear(text, (f"output {folder / 'demo.jsonl'}", "File too large", "ulimit -f"))
+    _only_the_earlier_file(folder / "demo.jsonl")
 
 
 def test_an_older_database_is_migrated_with_a_backup_and_nothing_lost(paths, capsys, no_model, tmp_path) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from explorer.cli import MODEL_HELP, add_attn_option
 from explorer.config import parse_assignments
-from explorer.paths import check_output_file, write_text_file
+from explorer.outputs import check_output_file, write_text_file
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
