@@ -10,11 +10,15 @@ cases go to one real app (started ``--lazy``, so none of them loads the model).
 from __future__ import annotations
 
 import functools
+import json
 import os
+import random
 import re
 import shutil
 import sqlite3
 import subprocess
+import urllib.error
+import urllib.request
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +30,9 @@ from explorer.store import RunStore
 from explorer.trace import Trace
 from tests.ui_payloads import hostile_trace
 
-MESSAGE = re.compile(r"error: (?P<where>\S[^\n]*?): (?P<what>\S.*?) Fix: (?P<fix>\S.*)", re.S)
+# "where: what Fix: how", or for question files "line N of FILE what Fix: how" (record N for JSON lists)
+MESSAGE = re.compile(r"error: (?:(?P<where>(?:line|record) \d+ of \S+) |(?P<place>\S[^\n]*?): )(?P<what>\S.*?) "
+                     r"Fix: (?P<fix>\S.*)", re.S)
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,16 @@ def paths(tmp_path_factory) -> dict[str, str]:
     (root / "report_dir" / "summary.csv").symlink_to("/dev/null")
     (root / "classifier_dir").mkdir()
     os.mkfifo(root / "classifier_dir" / "weights.safetensors")
+    # a model folder whose weights are random bytes; JSON nested deeper than the parser follows
+    (root / "noise_model").mkdir()
+    (root / "noise_model" / "config.json").write_text('{"model_type": "llama", "vocab_size": 64, "hidden_size": 8, '
+                                                     '"intermediate_size": 16, "num_hidden_layers": 1, '
+                                                     '"num_attention_heads": 2, "num_key_value_heads": 1}')
+    (root / "noise_model" / "model.safetensors").write_bytes(random.Random(5).randbytes(5000))
+    deep = "[" * 100_000 + "]" * 100_000
+    (root / "deep_questions.jsonl").write_text('{"question": "Q?", "answer": ' + deep + "}\n")
+    (root / "deep_corpus.jsonl").write_text('{"id": "a", "text": ' + deep + "}\n")
+    (root / "surrogate_corpus.jsonl").write_text('{"id": "a", "text": "Hamlet \\udcff"}\n')
     from explorer.engine.embedded import cached_wheel_path
 
     wheel = cached_wheel_path()
@@ -138,6 +154,8 @@ CLI_CASES = [
     Case("run-bad-variant", ("run", "--method", "dragin", "--question", "Q?", "--variant", "bogus"),
          ("no variant 'bogus'",)),
     Case("run-empty-question", ("run", "--method", "wo", "--question", "   "), ("the question is empty",)),
+    Case("run-question-not-utf8", ("run", "--method", "wo", "--question", "Who \udcff wrote Hamlet?"),
+         ("--question", "lone surrogate, U+DCFF, at character 5")),
     # run: output paths (checked before the model loads, so no generation is lost)
     Case("run-json-missing-folder", ("run", "--method", "wo", "--question", "Q?", "--json", "{tmp}/no/such/t.json"),
          ("does not exist", "mkdir -p")),
@@ -202,6 +220,9 @@ CLI_CASES = [
          ("the GGUF file is truncated or corrupt",), model=True),
     Case("run-model-config-only", ("run", "--method", "wo", "--question", "Q?", "--model", "{tmp}/cfg/config.json"),
          ("is a config file",), model=True),
+    Case("run-model-random-safetensors", ("run", "--method", "wo", "--question", "Q?", "--model", "{tmp}/noise_model"),
+         ("noise_model/model.safetensors", "model.safetensors is not a valid safetensors file", "download"),
+         model=True),
     # corpora (read without a model)
     Case("retrieve-broken-json", ("retrieve", "x", "--corpus", "{tmp}/broken.jsonl"),
          ("broken.jsonl:2", "Invalid control character at column")),
@@ -210,6 +231,10 @@ CLI_CASES = [
     Case("retrieve-unknown-extension", ("retrieve", "x", "--corpus", "{tmp}/corpus.xyz"), ("cannot tell the format",)),
     Case("retrieve-not-utf8", ("retrieve", "x", "--corpus", "{tmp}/latin1.jsonl"), ("not UTF-8",)),
     Case("retrieve-k-zero", ("retrieve", "x", "-k", "0"), ("-k must be at least 1",)),
+    Case("retrieve-deep-json", ("retrieve", "x", "--corpus", "{tmp}/deep_corpus.jsonl"),
+         ("deep_corpus.jsonl:1", "nested too deeply")),
+    Case("retrieve-surrogate-text", ("retrieve", "x", "--corpus", "{tmp}/surrogate_corpus.jsonl"),
+         ("surrogate_corpus.jsonl:1", "lone surrogate")),
     Case("corpus-info-unknown-format", ("corpus", "info", "{tmp}/broken.jsonl", "--format", "xml"),
          ("unknown corpus format",)),
     Case("corpus-convert-under-file", ("corpus", "convert", "demo", "{file}/out.jsonl"), ("out.jsonl",)),
@@ -231,6 +256,8 @@ CLI_CASES = [
          ("--batch must be at least 1",)),
     Case("eval-unknown-dataset", ("eval", "--dataset", "nosuch", "--methods", "wo", "--db", "{db}"),
          ("nosuch",)),
+    Case("eval-deep-json", ("eval", "--dataset", "{tmp}/deep_questions.jsonl", "--methods", "wo", "--db", "{db}"),
+         ("line 1 of", "nested too deeply")),
     Case("eval-bad-variant", ("eval", "--dataset", "demo", "--methods", "wo", "--variant", "wo", "--db", "{db}"),
          ("not of the form method=variant",)),
     Case("eval-db-under-file", ("eval", "--dataset", "demo", "--methods", "wo", "--db", "{file}/runs.sqlite"),
@@ -285,7 +312,8 @@ def assert_clear(text: str, expect: tuple[str, ...]) -> None:
     assert "Traceback" not in text, text
     match = MESSAGE.search(text)
     assert match, f"no 'where: what Fix: how' message in:\n{text}"
-    assert all(match.group(g).strip() for g in ("where", "what", "fix")), text
+    assert (match.group("where") or match.group("place")).strip(), text
+    assert all(match.group(g).strip() for g in ("what", "fix")), text
     for part in expect:
         assert part in text, f"{part!r} not in:\n{text}"
 
@@ -415,6 +443,9 @@ API_CASES = [
     ApiCase("settings-control-char", "/run", ("Q?", "dragin", "", '{"exemplars": "a\tb"}'),
             ("Invalid control character at column",)),
     ApiCase("settings-a-list", "/run", ("Q?", "dragin", "", "[1, 2]"), ("must be a JSON object",)),
+    ApiCase("settings-deeply-nested", "/run", ("Q?", "dragin", "", "[" * 100_000 + "]" * 100_000),
+            ("settings are not valid JSON", "nested too deeply")),
+    ApiCase("settings-surrogate", "/run", ("Q?", "dragin", "", '{"exemplars": "\\udcff"}'), ("lone surrogate",)),
     ApiCase("settings-unknown", "/run", ("Q?", "dragin", "", '{"classifier_path": "/etc/passwd"}'),
             ("unknown setting(s) classifier_path",)),
     ApiCase("method-unknown", "/run", ("Q?", "bogus", "", "{}"), ("unknown method 'bogus'",)),
@@ -464,6 +495,42 @@ def test_api_bad_input(case: ApiCase, app, client, paths) -> None:
     assert paths["tmp"] not in text and "/tmp/" not in text, "a server path reached the client"
     assert_intact(paths["db"])
     assert "Loading weights" not in app.log.read_text()  # no bad request loaded the model
+
+
+def post_json(url: str, payload: object) -> tuple[int, str]:
+    """POST ``payload`` as ASCII JSON (a lone surrogate travels as its \\u escape, as a browser sends it)."""
+    req = urllib.request.Request(url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def call_streamed(url: str, api: str, data: list) -> str:
+    """What ``/gradio_api/call/API`` streams back for ``data`` (the event lines)."""
+    status, text = post_json(url + "gradio_api/call/" + api, {"data": data})
+    assert status == 200, text
+    with urllib.request.urlopen(url + f"gradio_api/call/{api}/{json.loads(text)['event_id']}", timeout=60) as r:
+        return r.read().decode()
+
+
+def test_api_errors_carry_the_status_they_mean_and_a_bad_question_stores_nothing(app, paths) -> None:
+    runs_before = len(RunStore(paths["db"], readonly=True).list(limit=1000))
+    streamed = call_streamed(app.url, "run", ["Who \udcff wrote Hamlet?", "wo", "", "{}"])
+    assert "event: error" in streamed and "question: the text holds an invalid character" in streamed
+    assert "lone surrogate, U+DCFF, at character 5" in streamed and "Fix:" in streamed
+    for payload, status, expect in (([[1, 2]], 400, "run_id: expected text, got list"),
+                                    ([{"a": 1}], 400, "run_id: expected text, got dict"),
+                                    (["0" * 32], 404, "run_id: no run with id")):
+        got, body = post_json(app.url + "gradio_api/run/fetch_run", {"data": payload})
+        assert (got, json.loads(body)["title"]) == (status, "Not found" if status == 404 else "Invalid request"), body
+        assert_clear("error: " + json.loads(body)["error"], (expect,))
+    got, body = post_json(app.url + "gradio_api/run/run", {"data": ["Q?", "dragin", "", "[" * 50_000]})
+    assert got == 400 and "nested too deeply" in body, body
+    assert len(RunStore(paths["db"], readonly=True).list(limit=1000)) == runs_before  # nothing stored
+    assert_intact(paths["db"])
+    assert "Loading weights" not in app.log.read_text() and "Traceback" not in app.log.read_text()
 
 
 def test_api_errors_name_no_server_path_and_the_log_keeps_it(app, client) -> None:

@@ -52,10 +52,13 @@ def _ids(text: str | None) -> list[str]:
 
 def build_plan(args: argparse.Namespace, parent: Any) -> Any:
     """The fork plan the arguments describe, checked against the parent (before any model is loaded)."""
-    from explorer.errors import ConfigError
+    from explorer.errors import ConfigError, check_text
     from explorer.forks import ForkChange, ForkPlan, ForkPoint, parse_at, resolve
 
     params = parse_assignments(args.settings)
+    for flag, text in (("--query", args.query), ("--edit-query", args.edit_query)):
+        if text is not None:
+            check_text(text, flag)
     if args.at is None and args.retrieval is None:
         raise ConfigError("say where to fork", where="fork", fix="give --at SPAN:TOKEN or --retrieval ID")
     point = parse_at(args.at) if args.at is not None else ForkPoint(retrieval=args.retrieval)

@@ -33,6 +33,7 @@ from explorer.engine.embedded import (
     read_manifest,
 )
 from explorer.engine.model import LoadedModel
+from explorer.engine.weight_files import check_safetensors
 from explorer.errors import ModelError
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -170,6 +171,7 @@ def _resolve_local(path: Path, dtype: str, progress: Callable[[str], None]) -> _
         if not has_weights:
             raise ModelError("config.json is there but no model weights", where=str(path),
                              fix="add model.safetensors (or pytorch_model.bin) to the folder, or pass a .gguf file")
+        check_safetensors(path)  # a damaged weights file is named here, not in a loader's traceback
         return _Resolved(str(path), "folder")
     ggufs = sorted(path.glob("*.gguf"))
     if len(ggufs) == 1:

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from explorer.errors import CorpusError, DatasetError
+from explorer.errors import CorpusError, DatasetError, json_problem, parse_json
 from explorer.eval.question import Question
 from explorer.eval.question_formats import (
     FORMAT_TITLES,
@@ -88,9 +88,9 @@ def _jsonl(path: Path) -> Iterator[tuple[str, Any]]:
                 if not line.strip():
                     continue
                 try:
-                    value = json.loads(line)
+                    value = parse_json(line)
                 except json.JSONDecodeError as exc:
-                    raise DatasetError(f"line {number} of {path} is not valid JSON ({exc.msg} at column {exc.colno})",
+                    raise DatasetError(f"line {number} of {path} is not valid JSON ({json_problem(exc)})",
                                        fix="write one JSON object per line") from None
                 yield f"line {number} of {path}", value
     except UnicodeDecodeError as exc:

@@ -25,11 +25,11 @@ A parser raises :class:`BadRecord` with what is wrong with one record; the reade
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from typing import Any
 
+from explorer.errors import ExplorerError, check_text, parse_json
 from explorer.eval.question import Question
 from explorer.retrieval.splitter import join_sentences, paragraph_passage_ids, sentence_spans
 
@@ -56,6 +56,10 @@ def text_field(record: dict, key: str) -> str:
     value = record[key]
     if not isinstance(value, str) or not value.strip():
         raise BadRecord(f"has a '{key}' that is not a non-empty string ({type(value).__name__} {value!r:.40})")
+    try:
+        check_text(value, key)
+    except ExplorerError as exc:
+        raise BadRecord(f"has a '{key}' with {exc.what.removeprefix('the text holds ')}") from None
     return value.strip()
 
 
@@ -68,7 +72,7 @@ def answers_of(*values: Any, key: str = "answer") -> list[str]:
     for value in values:
         if isinstance(value, str) and value.strip().startswith("["):
             try:
-                parsed = json.loads(value)
+                parsed = parse_json(value)
             except ValueError:
                 parsed = None
             if isinstance(parsed, list):

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from explorer.errors import CorpusError
+from explorer.errors import CorpusError, ExplorerError, check_text
 from explorer.paths import DEMO_CORPUS_DIR
 from explorer.retrieval.base import Passage
 from explorer.retrieval.formats import FORMATS, open_documents
@@ -79,6 +79,7 @@ def collect_documents(docs: Iterable[Document], *, show_progress: bool = False,
     for doc in tqdm(docs, desc=desc, unit=" docs", disable=not show_progress, leave=False, delay=0.5):
         index = seen.get(doc.id)
         if index is None:
+            _check_text(doc)
             seen[doc.id] = len(out)
             out.append(doc)
             continue
@@ -87,6 +88,16 @@ def collect_documents(docs: Iterable[Document], *, show_progress: bool = False,
             raise CorpusError(f"id '{doc.id}' is used again for a different passage (first at {first.where})",
                               where=doc.where, fix="give every passage its own id")
     return out
+
+
+def _check_text(doc: Document) -> None:
+    """A passage with a lone surrogate (a JSON ``\\udcff`` escape) could be neither stored in a trace nor shown."""
+    for field_name, text in (("id", doc.id), ("title", doc.title), ("text", doc.text)):
+        try:
+            check_text(text, doc.where)
+        except ExplorerError as exc:
+            raise CorpusError(f"the passage's {field_name} holds {exc.what.removeprefix('the text holds ')}",
+                              where=doc.where, fix="re-save the file as valid UTF-8 text") from None
 
 
 def corpus_from_documents(name: str, docs: list[Document], *, source: Path, fmt: str,

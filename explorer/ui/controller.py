@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from explorer.errors import ExplorerError, hide_paths, public_message
+from explorer.errors import ExplorerError, check_text, hide_paths, public_message
 from explorer.forks import ForkPlan
 from explorer.journal import RunJournal
 from explorer.methods.base import run_question
@@ -194,6 +194,7 @@ class RunController:
         question = (question or "").strip()
         if not question:
             raise ExplorerError("the question is empty", where="question", fix="type a question or pick one")
+        check_text(question, "question")
         if self.store.readonly:
             raise ExplorerError("the run database is read-only, so runs cannot be stored; stored runs can still be "
                                 "opened", where="run database",

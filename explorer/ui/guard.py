@@ -9,6 +9,10 @@ schemas, and password guessing.
   policy lives.
 * ``/openapi.json``, ``/docs`` and ``/redoc`` list every route of the server: closed. (Gradio's
   own API page for ``gradio_client`` stays, behind the login when there is one.)
+* Gradio answers every error of its synchronous API routes (``/gradio_api/run/NAME``,
+  ``/gradio_api/api/NAME``) with 500. The endpoints title their errors (:data:`BAD_REQUEST`,
+  :data:`NOT_FOUND`), and the guard gives those answers the status they mean: 400 and 404; only a
+  server fault stays 500.
 * With a login, each client address gets :data:`FREE_ATTEMPTS` wrong passwords; after that it
   must wait before the next try, twice as long after each further failure (1 s, 2 s, 4 s, ...
   up to five minutes), and gets ``429 Too Many Requests`` with ``Retry-After`` meanwhile. A
@@ -43,6 +47,11 @@ UPLOAD_ROUTES = ("/gradio_api/upload", "/gradio_api/process_recording", "/upload
 UPLOAD_PREFIXES = ("/gradio_api/stream/",)  # streamed media inputs (webcam, microphone)
 SCHEMA_ROUTES = ("/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc", "/gradio_api/docs")
 LOGIN_ROUTES = ("/login", "/gradio_api/login")
+SYNC_API_PREFIXES = ("/gradio_api/run/", "/gradio_api/api/")
+
+#: Titles of the API's error answers, and the HTTP status each stands for on the synchronous routes.
+BAD_REQUEST, NOT_FOUND, SERVER_ERROR = "Invalid request", "Not found", "Server error"
+ERROR_STATUS = {BAD_REQUEST: 400, NOT_FOUND: 404, SERVER_ERROR: 500}
 
 #: Components through which a browser sends files to the server.
 UPLOAD_COMPONENTS = ("File", "Files", "UploadButton", "Image", "ImageEditor", "Sketchpad", "Paint", "Audio", "Video",
@@ -227,6 +236,34 @@ async def _refuse(send: Send, status: int, detail: str, headers: list[tuple[byte
     await send({"type": "http.response.body", "body": body})
 
 
+def error_status(send: Send) -> Send:
+    """``send`` for a synchronous API call: a 500 answer is held until its body is read, then sent with
+    the status its error title stands for (:data:`ERROR_STATUS`)."""
+    held: list[dict[str, Any]] = []
+    body: list[bytes] = []
+
+    async def relay(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start" and message.get("status") == 500:
+            held.append(message)
+            return
+        if not held or message["type"] != "http.response.body":
+            await send(message)
+            return
+        body.append(message.get("body", b""))
+        if message.get("more_body"):
+            return
+        whole = b"".join(body)
+        try:
+            answer = json.loads(whole)
+        except ValueError:
+            answer = None
+        title = answer.get("title") if isinstance(answer, dict) else None
+        await send({**held[0], "status": ERROR_STATUS.get(str(title), 500)})
+        await send({"type": "http.response.body", "body": whole})
+
+    return relay
+
+
 class Guard:
     """ASGI middleware applying :class:`GuardSettings` in front of the Gradio app."""
 
@@ -258,6 +295,9 @@ class Guard:
             return
         if method == "POST" and self.settings.login and path in LOGIN_ROUTES:
             await self._login(scope, receive, send)
+            return
+        if method == "POST" and path.startswith(SYNC_API_PREFIXES):
+            await self.app(scope, receive, error_status(send))
             return
         await self.app(scope, receive, send)
 
