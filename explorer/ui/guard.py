@@ -13,6 +13,13 @@ schemas, and password guessing.
   ``/gradio_api/api/NAME``) with 500. The endpoints title their errors (:data:`BAD_REQUEST`,
   :data:`NOT_FOUND`), and the guard gives those answers the status they mean: 400 and 404; only a
   server fault stays 500.
+* With a login, nothing answers before signing in but the login page itself: the page (``/``,
+  which then holds only the login form), the compiled Gradio frontend and fonts it loads
+  (``/assets/...``, ``/static/...``, the same files in every Gradio install), the stock theme's
+  stylesheet (``/theme.css``) and the form's target (``POST /login``). Every other route, present
+  or added by a later Gradio, answers 401 until the browser holds a session (:data:`PUBLIC_ROUTES`,
+  :func:`signed_in`). Gradio's own start-up call (``/gradio_api/startup-events``, made once by
+  ``launch``) passes until the app has started.
 * With a login, each client address gets :data:`FREE_ATTEMPTS` wrong passwords; after that it
   must wait before the next try, twice as long after each further failure (1 s, 2 s, 4 s, ...
   up to five minutes), and gets ``429 Too Many Requests`` with ``Retry-After`` meanwhile. A
@@ -48,6 +55,10 @@ UPLOAD_PREFIXES = ("/gradio_api/stream/",)  # streamed media inputs (webcam, mic
 SCHEMA_ROUTES = ("/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc", "/gradio_api/docs")
 LOGIN_ROUTES = ("/login", "/gradio_api/login")
 SYNC_API_PREFIXES = ("/gradio_api/run/", "/gradio_api/api/")
+#: Under a login, the routes that answer before signing in (the login page and what it loads), by method.
+PUBLIC_ROUTES = {"/": ("GET", "HEAD"), "/theme.css": ("GET",)}
+PUBLIC_PREFIXES = ("/assets/", "/static/")
+STARTUP_ROUTE = "/gradio_api/startup-events"
 
 #: Titles of the API's error answers, and the HTTP status each stands for on the synchronous routes.
 BAD_REQUEST, NOT_FOUND, SERVER_ERROR = "Invalid request", "Not found", "Server error"
@@ -264,6 +275,34 @@ def error_status(send: Send) -> Send:
     return relay
 
 
+def public(path: str, method: str) -> bool:
+    """Whether a request may be answered without a session when the app has a login."""
+    if path in PUBLIC_ROUTES:
+        return method in PUBLIC_ROUTES[path]
+    if path in LOGIN_ROUTES:
+        return method == "POST"
+    return method in ("GET", "HEAD") and path.startswith(PUBLIC_PREFIXES)
+
+
+def signed_in(scope: Scope) -> bool:
+    """Whether the request carries a session cookie the Gradio app issued at a login (fails closed)."""
+    from starlette.requests import cookie_parser
+
+    app = scope.get("app")
+    tokens, cookie_id = getattr(app, "tokens", None), getattr(app, "cookie_id", None)
+    if not isinstance(tokens, dict) or not cookie_id:
+        return False
+    header = b"; ".join(v for k, v in scope.get("headers") or [] if k == b"cookie").decode("latin-1")
+    cookies = cookie_parser(header) if header else {}
+    token = cookies.get(f"access-token-{cookie_id}") or cookies.get(f"access-token-unsecure-{cookie_id}")
+    return token is not None and tokens.get(token) is not None
+
+
+def _starting(scope: Scope, path: str) -> bool:
+    """Gradio's launch calls its start-up route once itself; until then it must pass."""
+    return path == STARTUP_ROUTE and getattr(scope.get("app"), "startup_events_triggered", True) is False
+
+
 class Guard:
     """ASGI middleware applying :class:`GuardSettings` in front of the Gradio app."""
 
@@ -278,10 +317,13 @@ class Guard:
             await self.app(scope, receive, send)
             return
         scope = apply_forwarding(scope, self.settings.forwarded)
+        path, method = _path(scope), scope.get("method", "GET")
         if scope.get("type") != "http":
+            if self.settings.login and not signed_in(scope):
+                await send({"type": "websocket.close", "code": 1008})
+                return
             await self.app(scope, receive, send)
             return
-        path, method = _path(scope), scope.get("method", "GET")
         if path in SCHEMA_ROUTES:
             await _refuse(send, 404, "not found")
             return
@@ -289,12 +331,15 @@ class Guard:
                 path in UPLOAD_ROUTES or path.startswith(UPLOAD_PREFIXES)):
             await _refuse(send, 403, "this app takes no file uploads")
             return
+        if method == "POST" and self.settings.login and path in LOGIN_ROUTES:
+            await self._login(scope, receive, send)
+            return
+        if self.settings.login and not public(path, method) and not _starting(scope, path) and not signed_in(scope):
+            await _refuse(send, 401, "sign in first: this server requires a login (open its page to sign in)")
+            return
         if (method == "POST" and self.settings.uploads and self.settings.upload_suffixes
                 and (path in UPLOAD_ROUTES or path.startswith(UPLOAD_PREFIXES))):
             await self._upload(scope, receive, send, self.settings.upload_suffixes)
-            return
-        if method == "POST" and self.settings.login and path in LOGIN_ROUTES:
-            await self._login(scope, receive, send)
             return
         if method == "POST" and path.startswith(SYNC_API_PREFIXES):
             await self.app(scope, receive, error_status(send))
