@@ -146,16 +146,32 @@ REFUSED_BEFORE_LOGIN = {("/gradio_api/openapi.json", 404), ("/gradio_api/upload"
 
 
 @pytest.fixture(scope="module")
-def route_table(tmp_path_factory) -> list[tuple[str, str]]:
-    """Every (path, method) of the app's FastAPI route table, built in-process as ``launch`` builds it."""
+def built_app(tmp_path_factory):
+    """The app built in-process as ``python app.py`` builds it, from a corpus and a model given as absolute
+    paths (the model is never loaded)."""
+    from explorer.ui.app import AppSettings, build_app
+    from tests.browser_support import write_corpus
+
+    folder = tmp_path_factory.mktemp("routes")
+    corpus = write_corpus(folder / "private_corpus.jsonl", [])
+    return build_app(AppSettings(db=folder / "r.sqlite", model=str(folder / "models" / "my-model"),
+                                 corpus=str(corpus), preload=False))
+
+
+@pytest.fixture(scope="module")
+def route_table(built_app) -> list[tuple[str, str]]:
+    """Every (path, method) of the app's FastAPI route table, made as ``launch`` makes it."""
     import gradio as gr
     from fastapi.routing import iter_route_contexts
 
-    from explorer.ui.app import AppSettings, build_app
-
-    demo = build_app(AppSettings(db=tmp_path_factory.mktemp("routes") / "r.sqlite", preload=False))
-    app = gr.routes.App.create_app(demo, app_kwargs={"docs_url": None, "redoc_url": None, "openapi_url": None})
+    app = gr.routes.App.create_app(built_app, app_kwargs={"docs_url": None, "redoc_url": None, "openapi_url": None})
     return sorted({(r.path, m) for r in iter_route_contexts(app.routes) for m in (r.methods or ())})
+
+
+def test_status_names_the_model_and_corpus_without_a_server_path(built_app, tmp_path_factory) -> None:
+    status = next(fn.fn for fn in built_app.fns.values() if fn.api_name == "status")()
+    assert "model my-model, corpus private_corpus.jsonl" in status["message"], status
+    assert str(tmp_path_factory.getbasetemp()) not in str(status) and "/" not in status["message"]
 
 
 def test_with_a_login_no_route_of_the_app_answers_but_the_login_page(locked_app, route_table) -> None:

@@ -26,7 +26,7 @@ from explorer.methods.base import method_names  # noqa: E402
 from explorer.paths import ASSETS_DIR  # noqa: E402
 from explorer.store import RunStore  # noqa: E402
 from explorer.ui import api, controls, forkblock, gallery, history_tab, questions, run_tab, viewblock  # noqa: E402
-from explorer.ui.controller import RunController, RuntimeHolder  # noqa: E402
+from explorer.ui.controller import RunController, RuntimeHolder, given_name  # noqa: E402
 from explorer.ui.evaluations import build_evaluations_tab  # noqa: E402
 from explorer.ui.history import Exports, TraceCache  # noqa: E402
 from explorer.ui.report import EXPLORER_JS, PLOTLY_JS  # noqa: E402
@@ -106,7 +106,8 @@ def _runtime_holder(settings: AppSettings, start: Any, opening: str | None) -> R
         return runtime
 
     holder = RuntimeHolder(open_app_runtime,
-                           describe=f"model {settings.model}, corpus {settings.corpus}, retriever {start.label}",
+                           describe=f"model {given_name(settings.model)}, corpus {given_name(settings.corpus)}, "
+                                    f"retriever {start.label}",
                            warm=warm_up(opening) if opening is not None else None)
     if settings.preload:
         holder.start()

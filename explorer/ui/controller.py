@@ -39,6 +39,12 @@ log = logging.getLogger("explorer.ui")
 REFRESH = 0.2
 
 
+def given_name(spec: str) -> str:
+    """A model or corpus as visitors may see it: its name, or a path's last part (``/srv/x.jsonl`` -> ``x.jsonl``)."""
+    spec = str(spec).strip()
+    return spec.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1] or spec
+
+
 class RuntimeHolder:
     """Loads the model and corpus once, in the background or on first use, and says how far it got.
 
@@ -51,7 +57,8 @@ class RuntimeHolder:
     def __init__(self, factory: Callable[[], Runtime], describe: str,
                  warm: Callable[[Runtime], None] | None = None) -> None:
         self._factory = factory
-        self.describe = describe
+        # Shown to every visitor (the status line, /status): never a folder of the server.
+        self.describe = hide_paths(describe) or describe
         self._warm = warm
         self._lock = threading.Lock()
         self._runtime: Runtime | None = None
