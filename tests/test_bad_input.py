@@ -103,6 +103,17 @@ def paths(tmp_path_factory) -> dict[str, str]:
     (root / "deep_questions.jsonl").write_text('{"question": "Q?", "answer": ' + deep + "}\n")
     (root / "deep_corpus.jsonl").write_text('{"id": "a", "text": ' + deep + "}\n")
     (root / "surrogate_corpus.jsonl").write_text('{"id": "a", "text": "Hamlet \\udcff"}\n')
+    # silent acceptances: ids given twice, answers that are no answers
+    lines = [{"id": f"p{i}", "text": f"Passage number {i} about Hamlet."} for i in range(5)]
+    (root / "dup_same.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [*lines, lines[1], lines[3]]))
+    (root / "dup_differ.jsonl").write_text("".join(json.dumps(r) + "\n" for r in
+                                                   [*lines, {"id": "p2", "text": "Another passage."}]))
+    ok = '{"question": "Who wrote Hamlet?", "answer": "Shakespeare"}\n'
+    (root / "null_answer.jsonl").write_text(ok + '{"question": "Who?", "answer": null}\n')
+    (root / "object_answer.json").write_text("[" + ok + ', {"question": "Who?", "answers": {"text": "x"}}]')
+    (root / "object_aliases.jsonl").write_text('{"question": "Who?", "answer": "x", "answer_aliases": {"a": 1}}\n')
+    (root / "bom_semicolon.csv").write_bytes("\ufeffquestion;answer\nWho wrote Hamlet?;Shakespeare\n".encode())
+    (root / "no_question.csv").write_bytes("\ufeffquery;answer\nWho wrote Hamlet?;Shakespeare\n".encode())
     from explorer.engine.embedded import cached_wheel_path
 
     wheel = cached_wheel_path()
@@ -220,6 +231,8 @@ CLI_CASES = [
          ("the GGUF file is truncated or corrupt",), model=True),
     Case("run-model-config-only", ("run", "--method", "wo", "--question", "Q?", "--model", "{tmp}/cfg/config.json"),
          ("is a config file",), model=True),
+    Case("run-model-link-loop", ("run", "--method", "wo", "--question", "Q?", "--model", "{tmp}/loop_a"),
+         ("model path is a symbolic link loop",), model=True),
     Case("run-model-random-safetensors", ("run", "--method", "wo", "--question", "Q?", "--model", "{tmp}/noise_model"),
          ("noise_model/model.safetensors", "model.safetensors is not a valid safetensors file", "download"),
          model=True),
@@ -231,6 +244,12 @@ CLI_CASES = [
     Case("retrieve-unknown-extension", ("retrieve", "x", "--corpus", "{tmp}/corpus.xyz"), ("cannot tell the format",)),
     Case("retrieve-not-utf8", ("retrieve", "x", "--corpus", "{tmp}/latin1.jsonl"), ("not UTF-8",)),
     Case("retrieve-k-zero", ("retrieve", "x", "-k", "0"), ("-k must be at least 1",)),
+    Case("retrieve-blank-query", ("retrieve", "   "), ("query: the search text is empty",)),
+    Case("retrieve-k-huge", ("retrieve", "x", "-k", "99999999999999"), ("-k must be at most 10,000",)),
+    Case("retrieve-width-negative", ("retrieve", "x", "--width", "-5"), ("--width must be at least 20, got -5",)),
+    Case("retrieve-corpus-link-loop", ("retrieve", "x", "--corpus", "{tmp}/loop_a"), ("symbolic link loop",)),
+    Case("retrieve-duplicate-ids-differ", ("retrieve", "x", "--corpus", "{tmp}/dup_differ.jsonl"),
+         ("dup_differ.jsonl:6", "id 'p2' is used again for a different passage", "dup_differ.jsonl:3")),
     Case("retrieve-deep-json", ("retrieve", "x", "--corpus", "{tmp}/deep_corpus.jsonl"),
          ("deep_corpus.jsonl:1", "nested too deeply")),
     Case("retrieve-surrogate-text", ("retrieve", "x", "--corpus", "{tmp}/surrogate_corpus.jsonl"),
@@ -256,6 +275,20 @@ CLI_CASES = [
          ("--batch must be at least 1",)),
     Case("eval-unknown-dataset", ("eval", "--dataset", "nosuch", "--methods", "wo", "--db", "{db}"),
          ("nosuch",)),
+    Case("eval-questions-link-loop", ("eval", "--dataset", "{tmp}/loop_a", "--methods", "wo", "--db", "{db}"),
+         ("symbolic link loop",)),
+    Case("eval-answer-null", ("eval", "--dataset", "{tmp}/null_answer.jsonl", "--methods", "wo", "--db", "{db}"),
+         ("line 2 of", "has an 'answer' that is null")),
+    Case("eval-answers-object", ("eval", "--dataset", "{tmp}/object_answer.json", "--methods", "wo", "--db", "{db}"),
+         ("record 2 of", "has an 'answers' that is a JSON object")),
+    Case("eval-aliases-object", ("eval", "--dataset", "{tmp}/object_aliases.jsonl", "--methods", "wo", "--db",
+                                 "{db}"), ("line 1 of", "has an 'answer_aliases' that is a JSON object")),
+    Case("eval-table-without-question", ("eval", "--dataset", "{tmp}/no_question.csv", "--methods", "wo", "--db",
+                                         "{db}"), ("(found: query;answer) when its cells are separated by ','",
+                                                   "nor when separated by ';'")),
+    Case("sweep-empty-value", ("sweep", "--method", "dragin", "--param", "threshold", "--values", "0.1,,0.2",
+                               "--dataset", "demo", "--db", "{db}"),
+         ("--values", "item 2 of 3 in '0.1,,0.2' is empty")),
     Case("eval-deep-json", ("eval", "--dataset", "{tmp}/deep_questions.jsonl", "--methods", "wo", "--db", "{db}"),
          ("line 1 of", "nested too deeply")),
     Case("eval-bad-variant", ("eval", "--dataset", "demo", "--methods", "wo", "--variant", "wo", "--db", "{db}"),
@@ -392,6 +425,20 @@ def test_a_write_cut_short_names_the_path_and_keeps_the_earlier_file(tmp_path, c
     assert code == 1
     assert_clear(text, (f"output {folder / 'demo.jsonl'}", "File too large", "ulimit -f"))
     _only_the_earlier_file(folder / "demo.jsonl")
+
+
+def test_what_used_to_pass_silently_is_read_or_warned_about(paths, capsys, no_model) -> None:
+    """A semicolon table with a byte-order mark is read; a corpus repeating ids for the same text is read
+    with a warning naming them (its passage count is then not a surprise)."""
+    from explorer.eval.question_files import read_questions
+
+    questions = list(read_questions(Path(paths["tmp"], "bom_semicolon.csv")))
+    assert [(q.question, q.answers) for q in questions] == [("Who wrote Hamlet?", ["Shakespeare"])]
+    code, text = run_cli(["corpus", "info", f"{paths['tmp']}/dup_same.jsonl"], capsys)
+    assert code == 0 and re.search(r"passages\s+5 ", text), text
+    assert "warning: 2 passage id(s) appear more than once with the same text, each kept once: 'p1' at " in text
+    assert "dup_same.jsonl:2, " in text and "dup_same.jsonl:6" in text and "Traceback" not in text
+    assert_intact(paths["db"])
 
 
 def test_an_older_database_is_migrated_with_a_backup_and_nothing_lost(paths, capsys, no_model, tmp_path) -> None:

@@ -133,6 +133,11 @@ def resolve_spec(spec: str, progress: Callable[[str], None] = print, *, dtype: s
     path = Path(spec).expanduser()
     if path.exists():
         return _resolve_local(path, dtype, progress)
+    if path.is_symlink():
+        from explorer.outputs import missing_reason
+
+        raise ModelError(f"this model path {missing_reason(path)}", where=spec,
+                         fix="correct or remove the link, or give the model folder or .gguf file itself")
     if _looks_like_path(spec):
         raise ModelError("this model path does not exist", where=spec,
                          fix=f"check the path, or use {_EMBEDDED_HINT} for a packaged model")

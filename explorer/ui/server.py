@@ -171,6 +171,11 @@ def check_model_offline(spec: str) -> None:
     model = embedded_spec(spec)
     if model is None:
         path = Path(spec).expanduser()
+        if path.is_symlink() and not path.exists():
+            from explorer.outputs import missing_reason
+
+            raise ExplorerError(f"the model path {missing_reason(path)}", where="--model",
+                                fix="correct or remove the link, or give the model folder or .gguf file itself")
         if not path.exists():
             from explorer.engine.hub import cached_snapshot
 
