@@ -219,7 +219,7 @@ def test_wrong_passwords_back_off_and_the_right_one_resets(locked_app) -> None:
 
 
 def test_forwarding_headers_count_only_from_named_proxies() -> None:
-    from explorer.ui.guard import ForwardedTrust, apply_forwarding, parse_proxies
+    from explorer.ui.forwarding import ForwardedTrust, apply_forwarding, parse_proxies
 
     trust = ForwardedTrust(parse_proxies("10.0.0.0/8, ::1"))
     scope = {"type": "http", "client": ("10.2.3.4", 5), "scheme": "http",

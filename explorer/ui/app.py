@@ -178,7 +178,8 @@ def launch(demo: gr.Blocks, *, host: str, port: int, auth: tuple[str, str] | Non
     """
     from starlette.middleware import Middleware
 
-    from explorer.ui.guard import MAX_UPLOAD, ForwardedTrust, Guard, GuardSettings, needs_uploads, upload_suffixes
+    from explorer.ui.forwarding import ForwardedTrust
+    from explorer.ui.guard import MAX_UPLOAD, Guard, GuardSettings, needs_uploads, upload_suffixes
 
     allow = needs_uploads(demo) if uploads is None else uploads
     guard = Middleware(Guard, settings=GuardSettings(uploads=allow, login=auth is not None,

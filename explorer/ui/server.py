@@ -146,7 +146,7 @@ def parse_auth(text: str | None) -> tuple[str, str] | None:
 
 def parse_proxies(text: str | None) -> tuple:
     """The proxies of ``--forwarded-allow-ips``, refused with the bad entry named."""
-    from explorer.ui.guard import parse_proxies as parse
+    from explorer.ui.forwarding import parse_proxies as parse
 
     try:
         return parse(text)
