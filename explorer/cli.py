@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import pkgutil
 import sys
 from pathlib import Path
@@ -42,12 +43,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def warnings_to_stderr() -> logging.Handler:
+    """The library's warnings (a corpus repeating ids, a database opened read-only) as ``warning: ...`` lines."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(logging.Formatter("warning: %(message)s"))
+    logging.getLogger("explorer").addHandler(handler)
+    return handler
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2
+    handler = warnings_to_stderr()
     try:
         # Library messages name only the options this command has (explorer.options).
         with options.using(getattr(args, "hints", {})):
@@ -63,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    finally:
+        logging.getLogger("explorer").removeHandler(handler)
 
 
 if __name__ == "__main__":

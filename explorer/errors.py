@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 
 class ExplorerError(Exception):
@@ -44,6 +45,10 @@ class DatasetError(ExplorerError):
     """A benchmark dataset file is missing or malformed."""
 
 
+class NotFound(ExplorerError):
+    """A named thing (a stored run, an evaluation) does not exist; the web API answers it with 404."""
+
+
 # An absolute path (POSIX, home-relative or Windows) inside a message; not the '//' of a URL.
 _PATH = re.compile(r"(?<![\w.:/~-])(?:~|[A-Za-z]:)?[/\\](?:[^\s'\"()\[\]<>,;|]+[/\\])*([^\s'\"()\[\]<>,;|/\\]*)")
 
@@ -68,6 +73,34 @@ def public_message(exc: ExplorerError, where: str | None = None) -> str:
     return ExplorerError(hide_paths(exc.what) or "", where=place, fix=hide_paths(exc.fix)).message
 
 
+class NestedTooDeeply(json.JSONDecodeError):
+    """JSON whose arrays or objects nest deeper than the parser follows (json raises RecursionError)."""
+
+    def __init__(self, doc: str) -> None:
+        super().__init__("arrays or objects nested too deeply to read", doc, 0)
+
+
+def parse_json(text: str | bytes) -> Any:
+    """``json.loads``, with a value nested too deeply for the parser raised as a JSONDecodeError
+    (:class:`NestedTooDeeply`) like any other malformed text, so every caller's message covers it."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise NestedTooDeeply(text if isinstance(text, str) else text.decode("utf-8", "replace")) from None
+
+
+def check_text(text: str, where: str) -> str:
+    """Refuse text holding a lone surrogate (``\\udcff`` from a JSON escape or a non-UTF-8 argument): it is
+    not a character, so it could be neither stored nor shown. Returns ``text``."""
+    try:
+        text.encode("utf-8")  # the only characters UTF-8 cannot encode are surrogates
+    except UnicodeEncodeError as exc:
+        raise ExplorerError(f"the text holds an invalid character (a lone surrogate, U+{ord(text[exc.start]):04X}, "
+                            f"at character {exc.start + 1})", where=where,
+                            fix="send valid Unicode text (UTF-8): remove or replace that character") from None
+    return text
+
+
 def json_problem(exc: json.JSONDecodeError, *, column: bool = True) -> str:
     """json's reason, with its column unless the caller names the position itself.
 
@@ -75,4 +108,4 @@ def json_problem(exc: json.JSONDecodeError, *, column: bool = True) -> str:
     message never says "at at column".
     """
     reason = exc.msg[:-3] if exc.msg.endswith(" at") else exc.msg
-    return f"{reason} at column {exc.colno}" if column else reason
+    return f"{reason} at column {exc.colno}" if column and not isinstance(exc, NestedTooDeeply) else reason

@@ -29,7 +29,7 @@ from typing import Any
 import sqlite_utils
 
 from explorer.csvsafe import safe_row
-from explorer.errors import ExplorerError
+from explorer.errors import ExplorerError, NotFound
 from explorer.journal import assemble, header, owner_gone
 from explorer.store_schema import SCHEMA_VERSION, check_columns, check_known, check_location, connect, db_error, prepare
 from explorer.trace import Event, Trace
@@ -350,8 +350,8 @@ class RunStore:
             return
         with self._tx() as db:
             if db["evaluations"].count_where("name = ?", [name]) == 0:
-                raise ExplorerError(f"no evaluation named {name!r}", where=str(self.path),
-                                    fix="start it first (python -m explorer eval --name ...)")
+                raise NotFound(f"no evaluation named {name!r}", where=str(self.path),
+                           fix="start it first (python -m explorer eval --name ...)")
             db["evaluations"].update(name, changes)
 
     def discard_incomplete(self, evaluation: str) -> int:
@@ -371,7 +371,7 @@ class RunStore:
 
     # -- reading ----------------------------------------------------------------------------------
     def _missing(self, run_id: str) -> ExplorerError:
-        return ExplorerError(f"no run with id {run_id!r}", where=str(self.path),
+        return NotFound(f"no run with id {run_id!r}", where=str(self.path),
                              fix="pick a run from the history list (or `python -m explorer report` for evaluations)")
 
     def _require(self, run_id: str) -> None:

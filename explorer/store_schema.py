@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
+import stat
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -55,10 +56,18 @@ def connect(path: Path, *, readonly: bool, immutable: bool = False) -> sqlite3.C
 
 
 def check_location(path: Path) -> None:
-    """Refuse, with the reason, a path where no database file can be (or is) kept."""
+    """Refuse, with the reason, a path where no database file can be (or is) kept: a folder, a device,
+    a named pipe or socket (or a link to one), a symbolic link loop, or a path under a file."""
+    from explorer.outputs import kind_of, look
+
+    found = look(path, "--db")
     if path.is_dir():
         raise db_error(path, "this is a folder, not a database file",
                        fix="name a file inside it, e.g. --db " + str(path / "runs.sqlite"))
+    if found is not None and not stat.S_ISREG(found.st_mode):
+        link = "a symbolic link to " if path.is_symlink() else ""
+        raise db_error(path, f"this is {link}{kind_of(found.st_mode)}, not a database file",
+                       fix="name a regular file, e.g. --db runs.sqlite")
     for parent in path.parents:
         if parent.exists():
             if not parent.is_dir():

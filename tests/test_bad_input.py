@@ -10,9 +10,15 @@ cases go to one real app (started ``--lazy``, so none of them loads the model).
 from __future__ import annotations
 
 import functools
+import json
+import os
+import random
 import re
 import shutil
 import sqlite3
+import subprocess
+import urllib.error
+import urllib.request
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +30,9 @@ from explorer.store import RunStore
 from explorer.trace import Trace
 from tests.ui_payloads import hostile_trace
 
-MESSAGE = re.compile(r"error: (?P<where>\S[^\n]*?): (?P<what>\S.*?) Fix: (?P<fix>\S.*)", re.S)
+# "where: what Fix: how", or for question files "line N of FILE what Fix: how" (record N for JSON lists)
+MESSAGE = re.compile(r"error: (?:(?P<where>(?:line|record) \d+ of \S+) |(?P<place>\S[^\n]*?): )(?P<what>\S.*?) "
+                     r"Fix: (?P<fix>\S.*)", re.S)
 
 
 @dataclass(frozen=True)
@@ -75,6 +83,37 @@ def paths(tmp_path_factory) -> dict[str, str]:
     (root / "cfg").mkdir()
     (root / "cfg" / "config.json").write_text("{}")
     (root / "bad_questions.jsonl").write_text('{"question": "no answers here"}\n')
+    # outputs that are not regular files: a named pipe, links to a device and to a folder, a link loop
+    os.mkfifo(root / "pipe")
+    (root / "to_null").symlink_to("/dev/null")
+    (root / "to_folder").symlink_to(root / "cfg")
+    (root / "loop_a").symlink_to(root / "loop_b")
+    (root / "loop_b").symlink_to(root / "loop_a")
+    (root / "report_dir").mkdir()
+    (root / "report_dir" / "summary.csv").symlink_to("/dev/null")
+    (root / "classifier_dir").mkdir()
+    os.mkfifo(root / "classifier_dir" / "weights.safetensors")
+    # a model folder whose weights are random bytes; JSON nested deeper than the parser follows
+    (root / "noise_model").mkdir()
+    (root / "noise_model" / "config.json").write_text('{"model_type": "llama", "vocab_size": 64, "hidden_size": 8, '
+                                                     '"intermediate_size": 16, "num_hidden_layers": 1, '
+                                                     '"num_attention_heads": 2, "num_key_value_heads": 1}')
+    (root / "noise_model" / "model.safetensors").write_bytes(random.Random(5).randbytes(5000))
+    deep = "[" * 100_000 + "]" * 100_000
+    (root / "deep_questions.jsonl").write_text('{"question": "Q?", "answer": ' + deep + "}\n")
+    (root / "deep_corpus.jsonl").write_text('{"id": "a", "text": ' + deep + "}\n")
+    (root / "surrogate_corpus.jsonl").write_text('{"id": "a", "text": "Hamlet \\udcff"}\n')
+    # silent acceptances: ids given twice, answers that are no answers
+    lines = [{"id": f"p{i}", "text": f"Passage number {i} about Hamlet."} for i in range(5)]
+    (root / "dup_same.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [*lines, lines[1], lines[3]]))
+    (root / "dup_differ.jsonl").write_text("".join(json.dumps(r) + "\n" for r in
+                                                   [*lines, {"id": "p2", "text": "Another passage."}]))
+    ok = '{"question": "Who wrote Hamlet?", "answer": "Shakespeare"}\n'
+    (root / "null_answer.jsonl").write_text(ok + '{"question": "Who?", "answer": null}\n')
+    (root / "object_answer.json").write_text("[" + ok + ', {"question": "Who?", "answers": {"text": "x"}}]')
+    (root / "object_aliases.jsonl").write_text('{"question": "Who?", "answer": "x", "answer_aliases": {"a": 1}}\n')
+    (root / "bom_semicolon.csv").write_bytes("\ufeffquestion;answer\nWho wrote Hamlet?;Shakespeare\n".encode())
+    (root / "no_question.csv").write_bytes("\ufeffquery;answer\nWho wrote Hamlet?;Shakespeare\n".encode())
     from explorer.engine.embedded import cached_wheel_path
 
     wheel = cached_wheel_path()
@@ -126,12 +165,46 @@ CLI_CASES = [
     Case("run-bad-variant", ("run", "--method", "dragin", "--question", "Q?", "--variant", "bogus"),
          ("no variant 'bogus'",)),
     Case("run-empty-question", ("run", "--method", "wo", "--question", "   "), ("the question is empty",)),
+    Case("run-question-not-utf8", ("run", "--method", "wo", "--question", "Who \udcff wrote Hamlet?"),
+         ("--question", "lone surrogate, U+DCFF, at character 5")),
     # run: output paths (checked before the model loads, so no generation is lost)
     Case("run-json-missing-folder", ("run", "--method", "wo", "--question", "Q?", "--json", "{tmp}/no/such/t.json"),
          ("does not exist", "mkdir -p")),
     Case("run-json-is-folder", ("run", "--method", "wo", "--question", "Q?", "--json", "{tmp}"), ("is a folder",)),
     Case("run-json-under-file", ("run", "--method", "wo", "--question", "Q?", "--json", "{file}/t.json"),
          ("is a file, not a folder",)),
+    # outputs that are not regular files are refused before anything loads, for every output option
+    Case("run-json-device", ("run", "--method", "wo", "--question", "Q?", "--json", "/dev/full"),
+         ("--json /dev/full", "a character device, not a regular file")),
+    Case("run-json-fifo", ("run", "--method", "wo", "--question", "Q?", "--json", "{tmp}/pipe"),
+         ("a named pipe (FIFO), not a regular file",)),
+    Case("run-json-link-to-device", ("run", "--method", "wo", "--question", "Q?", "--json", "{tmp}/to_null"),
+         ("a symbolic link to a character device",)),
+    Case("run-json-link-to-folder", ("run", "--method", "wo", "--question", "Q?", "--json", "{tmp}/to_folder"),
+         ("a symbolic link to a folder, not a file",)),
+    Case("run-json-link-loop", ("run", "--method", "wo", "--question", "Q?", "--json", "{tmp}/loop_a"),
+         ("symbolic link loop",)),
+    Case("run-db-device", ("run", "--method", "wo", "--question", "Q?", "--db", "/dev/full"),
+         ("/dev/full: this is a character device, not a database file",)),
+    Case("run-db-link-loop", ("run", "--method", "wo", "--question", "Q?", "--db", "{tmp}/loop_a"),
+         ("symbolic link loop",)),
+    Case("fork-json-device", ("fork", "earlier0000000000000000000000001", "--at", "1:0", "--json", "/dev/full",
+                              "--db", "{db}"), ("--json /dev/full", "a character device")),
+    Case("eval-db-fifo", ("eval", "--dataset", "demo", "--methods", "wo", "--db", "{tmp}/pipe"),
+         ("a named pipe (FIFO), not a database file",)),
+    Case("report-out-device", ("report", "--db", "{db}", "--name", "x", "--out", "/dev/null"),
+         ("--out /dev/null", "a character device, not a folder")),
+    Case("report-out-holds-device", ("report", "--db", "{db}", "--name", "x", "--out", "{tmp}/report_dir"),
+         ("summary.csv is a character device, not a regular file",)),
+    Case("sweep-out-device", ("sweep", "--method", "dragin", "--param", "threshold", "--values", "0.1,0.2",
+                              "--dataset", "demo", "--out", "/dev/full", "--db", "{db}"), ("not a folder",)),
+    Case("corpus-convert-device", ("corpus", "convert", "demo", "/dev/full", "--force"),
+         ("output /dev/full", "a character device")),
+    Case("corpus-build-out-link-to-device", ("corpus", "build", "--corpus", "{tmp}/broken.jsonl", "--out",
+                                             "{tmp}/to_null"), ("a symbolic link to a character device",)),
+    Case("retrieval-metrics-out-fifo", ("retrieval-metrics", "--out", "{tmp}/pipe"), ("a named pipe (FIFO)",)),
+    Case("train-classifier-out-holds-fifo", ("train-classifier", "--out", "{tmp}/classifier_dir"),
+         ("weights.safetensors is a named pipe (FIFO)",)),
     Case("run-db-under-file", ("run", "--method", "wo", "--question", "Q?", "--db", "{file}/runs.sqlite"),
          ("is a file, not a folder",)),
     Case("run-db-is-folder", ("run", "--method", "wo", "--question", "Q?", "--db", "{tmp}"), ("is a folder",)),
@@ -158,6 +231,11 @@ CLI_CASES = [
          ("the GGUF file is truncated or corrupt",), model=True),
     Case("run-model-config-only", ("run", "--method", "wo", "--question", "Q?", "--model", "{tmp}/cfg/config.json"),
          ("is a config file",), model=True),
+    Case("run-model-link-loop", ("run", "--method", "wo", "--question", "Q?", "--model", "{tmp}/loop_a"),
+         ("model path is a symbolic link loop",), model=True),
+    Case("run-model-random-safetensors", ("run", "--method", "wo", "--question", "Q?", "--model", "{tmp}/noise_model"),
+         ("noise_model/model.safetensors", "model.safetensors is not a valid safetensors file", "download"),
+         model=True),
     # corpora (read without a model)
     Case("retrieve-broken-json", ("retrieve", "x", "--corpus", "{tmp}/broken.jsonl"),
          ("broken.jsonl:2", "Invalid control character at column")),
@@ -166,6 +244,16 @@ CLI_CASES = [
     Case("retrieve-unknown-extension", ("retrieve", "x", "--corpus", "{tmp}/corpus.xyz"), ("cannot tell the format",)),
     Case("retrieve-not-utf8", ("retrieve", "x", "--corpus", "{tmp}/latin1.jsonl"), ("not UTF-8",)),
     Case("retrieve-k-zero", ("retrieve", "x", "-k", "0"), ("-k must be at least 1",)),
+    Case("retrieve-blank-query", ("retrieve", "   "), ("query: the search text is empty",)),
+    Case("retrieve-k-huge", ("retrieve", "x", "-k", "99999999999999"), ("-k must be at most 10,000",)),
+    Case("retrieve-width-negative", ("retrieve", "x", "--width", "-5"), ("--width must be at least 20, got -5",)),
+    Case("retrieve-corpus-link-loop", ("retrieve", "x", "--corpus", "{tmp}/loop_a"), ("symbolic link loop",)),
+    Case("retrieve-duplicate-ids-differ", ("retrieve", "x", "--corpus", "{tmp}/dup_differ.jsonl"),
+         ("dup_differ.jsonl:6", "id 'p2' is used again for a different passage", "dup_differ.jsonl:3")),
+    Case("retrieve-deep-json", ("retrieve", "x", "--corpus", "{tmp}/deep_corpus.jsonl"),
+         ("deep_corpus.jsonl:1", "nested too deeply")),
+    Case("retrieve-surrogate-text", ("retrieve", "x", "--corpus", "{tmp}/surrogate_corpus.jsonl"),
+         ("surrogate_corpus.jsonl:1", "lone surrogate")),
     Case("corpus-info-unknown-format", ("corpus", "info", "{tmp}/broken.jsonl", "--format", "xml"),
          ("unknown corpus format",)),
     Case("corpus-convert-under-file", ("corpus", "convert", "demo", "{file}/out.jsonl"), ("out.jsonl",)),
@@ -187,6 +275,22 @@ CLI_CASES = [
          ("--batch must be at least 1",)),
     Case("eval-unknown-dataset", ("eval", "--dataset", "nosuch", "--methods", "wo", "--db", "{db}"),
          ("nosuch",)),
+    Case("eval-questions-link-loop", ("eval", "--dataset", "{tmp}/loop_a", "--methods", "wo", "--db", "{db}"),
+         ("symbolic link loop",)),
+    Case("eval-answer-null", ("eval", "--dataset", "{tmp}/null_answer.jsonl", "--methods", "wo", "--db", "{db}"),
+         ("line 2 of", "has an 'answer' that is null")),
+    Case("eval-answers-object", ("eval", "--dataset", "{tmp}/object_answer.json", "--methods", "wo", "--db", "{db}"),
+         ("record 2 of", "has an 'answers' that is a JSON object")),
+    Case("eval-aliases-object", ("eval", "--dataset", "{tmp}/object_aliases.jsonl", "--methods", "wo", "--db",
+                                 "{db}"), ("line 1 of", "has an 'answer_aliases' that is a JSON object")),
+    Case("eval-table-without-question", ("eval", "--dataset", "{tmp}/no_question.csv", "--methods", "wo", "--db",
+                                         "{db}"), ("(found: query;answer) when its cells are separated by ','",
+                                                   "nor when separated by ';'")),
+    Case("sweep-empty-value", ("sweep", "--method", "dragin", "--param", "threshold", "--values", "0.1,,0.2",
+                               "--dataset", "demo", "--db", "{db}"),
+         ("--values", "item 2 of 3 in '0.1,,0.2' is empty")),
+    Case("eval-deep-json", ("eval", "--dataset", "{tmp}/deep_questions.jsonl", "--methods", "wo", "--db", "{db}"),
+         ("line 1 of", "nested too deeply")),
     Case("eval-bad-variant", ("eval", "--dataset", "demo", "--methods", "wo", "--variant", "wo", "--db", "{db}"),
          ("not of the form method=variant",)),
     Case("eval-db-under-file", ("eval", "--dataset", "demo", "--methods", "wo", "--db", "{file}/runs.sqlite"),
@@ -241,7 +345,8 @@ def assert_clear(text: str, expect: tuple[str, ...]) -> None:
     assert "Traceback" not in text, text
     match = MESSAGE.search(text)
     assert match, f"no 'where: what Fix: how' message in:\n{text}"
-    assert all(match.group(g).strip() for g in ("where", "what", "fix")), text
+    assert (match.group("where") or match.group("place")).strip(), text
+    assert all(match.group(g).strip() for g in ("what", "fix")), text
     for part in expect:
         assert part in text, f"{part!r} not in:\n{text}"
 
@@ -275,6 +380,64 @@ def test_cli_bad_arguments(case: Case, paths, capsys, no_model) -> None:
     assert "usage:" in text and "error: " in text  # argparse: the option, what is wrong, the usage as the fix
     for part in case.expect:
         assert part in text
+    assert_intact(paths["db"])
+
+
+def _convert_over(out: Path, capsys) -> tuple[int, str]:
+    """``corpus convert demo`` (80 KB of JSON lines) over an earlier ``out``."""
+    out.write_text("earlier\n")
+    return run_cli(["corpus", "convert", "demo", str(out), "--force"], capsys)
+
+
+def _only_the_earlier_file(out: Path) -> None:
+    assert out.read_text() == "earlier\n"
+    assert [p.name for p in out.parent.iterdir()] == [out.name]  # no temporary file left behind
+
+
+def test_a_full_disk_is_named_and_the_earlier_file_kept(tmp_path, capsys, no_model) -> None:
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = os.geteuid() == 0 and subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32k", "tmpfs", str(disk)],
+                                                   capture_output=True).returncode == 0
+    if not mounted:
+        pytest.skip("a small disk to fill needs mount rights (root); the file-size-limit case covers the rest")
+    try:
+        code, text = _convert_over(disk / "demo.jsonl", capsys)
+        assert code == 1
+        assert_clear(text, (f"output {disk / 'demo.jsonl'}", "No space left on device", "free some space"))
+        _only_the_earlier_file(disk / "demo.jsonl")
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_a_write_cut_short_names_the_path_and_keeps_the_earlier_file(tmp_path, capsys, no_model) -> None:
+    """The process's file-size limit stops the write part-way, as a full disk would (Python ignores SIGXFSZ)."""
+    import resource
+
+    folder = tmp_path / "out"
+    folder.mkdir()
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (16_384, hard))
+    try:
+        code, text = _convert_over(folder / "demo.jsonl", capsys)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert code == 1
+    assert_clear(text, (f"output {folder / 'demo.jsonl'}", "File too large", "ulimit -f"))
+    _only_the_earlier_file(folder / "demo.jsonl")
+
+
+def test_what_used_to_pass_silently_is_read_or_warned_about(paths, capsys, no_model) -> None:
+    """A semicolon table with a byte-order mark is read; a corpus repeating ids for the same text is read
+    with a warning naming them (its passage count is then not a surprise)."""
+    from explorer.eval.question_files import read_questions
+
+    questions = list(read_questions(Path(paths["tmp"], "bom_semicolon.csv")))
+    assert [(q.question, q.answers) for q in questions] == [("Who wrote Hamlet?", ["Shakespeare"])]
+    code, text = run_cli(["corpus", "info", f"{paths['tmp']}/dup_same.jsonl"], capsys)
+    assert code == 0 and re.search(r"passages\s+5 ", text), text
+    assert "warning: 2 passage id(s) appear more than once with the same text, each kept once: 'p1' at " in text
+    assert "dup_same.jsonl:2, " in text and "dup_same.jsonl:6" in text and "Traceback" not in text
     assert_intact(paths["db"])
 
 
@@ -327,6 +490,9 @@ API_CASES = [
     ApiCase("settings-control-char", "/run", ("Q?", "dragin", "", '{"exemplars": "a\tb"}'),
             ("Invalid control character at column",)),
     ApiCase("settings-a-list", "/run", ("Q?", "dragin", "", "[1, 2]"), ("must be a JSON object",)),
+    ApiCase("settings-deeply-nested", "/run", ("Q?", "dragin", "", "[" * 100_000 + "]" * 100_000),
+            ("settings are not valid JSON", "nested too deeply")),
+    ApiCase("settings-surrogate", "/run", ("Q?", "dragin", "", '{"exemplars": "\\udcff"}'), ("lone surrogate",)),
     ApiCase("settings-unknown", "/run", ("Q?", "dragin", "", '{"classifier_path": "/etc/passwd"}'),
             ("unknown setting(s) classifier_path",)),
     ApiCase("method-unknown", "/run", ("Q?", "bogus", "", "{}"), ("unknown method 'bogus'",)),
@@ -376,6 +542,42 @@ def test_api_bad_input(case: ApiCase, app, client, paths) -> None:
     assert paths["tmp"] not in text and "/tmp/" not in text, "a server path reached the client"
     assert_intact(paths["db"])
     assert "Loading weights" not in app.log.read_text()  # no bad request loaded the model
+
+
+def post_json(url: str, payload: object) -> tuple[int, str]:
+    """POST ``payload`` as ASCII JSON (a lone surrogate travels as its \\u escape, as a browser sends it)."""
+    req = urllib.request.Request(url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def call_streamed(url: str, api: str, data: list) -> str:
+    """What ``/gradio_api/call/API`` streams back for ``data`` (the event lines)."""
+    status, text = post_json(url + "gradio_api/call/" + api, {"data": data})
+    assert status == 200, text
+    with urllib.request.urlopen(url + f"gradio_api/call/{api}/{json.loads(text)['event_id']}", timeout=60) as r:
+        return r.read().decode()
+
+
+def test_api_errors_carry_the_status_they_mean_and_a_bad_question_stores_nothing(app, paths) -> None:
+    runs_before = len(RunStore(paths["db"], readonly=True).list(limit=1000))
+    streamed = call_streamed(app.url, "run", ["Who \udcff wrote Hamlet?", "wo", "", "{}"])
+    assert "event: error" in streamed and "question: the text holds an invalid character" in streamed
+    assert "lone surrogate, U+DCFF, at character 5" in streamed and "Fix:" in streamed
+    for payload, status, expect in (([[1, 2]], 400, "run_id: expected text, got list"),
+                                    ([{"a": 1}], 400, "run_id: expected text, got dict"),
+                                    (["0" * 32], 404, "run_id: no run with id")):
+        got, body = post_json(app.url + "gradio_api/run/fetch_run", {"data": payload})
+        assert (got, json.loads(body)["title"]) == (status, "Not found" if status == 404 else "Invalid request"), body
+        assert_clear("error: " + json.loads(body)["error"], (expect,))
+    got, body = post_json(app.url + "gradio_api/run/run", {"data": ["Q?", "dragin", "", "[" * 50_000]})
+    assert got == 400 and "nested too deeply" in body, body
+    assert len(RunStore(paths["db"], readonly=True).list(limit=1000)) == runs_before  # nothing stored
+    assert_intact(paths["db"])
+    assert "Loading weights" not in app.log.read_text() and "Traceback" not in app.log.read_text()
 
 
 def test_api_errors_name_no_server_path_and_the_log_keeps_it(app, client) -> None:

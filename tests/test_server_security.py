@@ -6,7 +6,9 @@ Two real apps (``python app.py --lazy``, so no model loads): one open on 127.0.0
 
 from __future__ import annotations
 
+import http.client
 import os
+import re
 import socket
 import stat
 import time
@@ -23,6 +25,7 @@ from explorer.ui.guard import LoginThrottle
 from tests.browser_support import ROOT, start_app
 
 USER, PASSWORD = "alice", "correct-horse-battery"
+PROXY = "127.0.0.2"  # the one reverse proxy the locked app is told to believe
 
 
 def request(url: str, *, data: bytes | None = None, headers: dict[str, str] | None = None,
@@ -53,6 +56,29 @@ def login(url: str, password: str) -> tuple[int, dict[str, str]]:
     return status, headers
 
 
+def send_from(url: str, source: str, method: str, path: str, body: str | None = None,
+              headers: dict[str, str] | None = None) -> http.client.HTTPResponse:
+    """One request from the loopback address ``source`` (any 127.x address reaches the server on Linux);
+    the response is read whole (a route that streams is answered only after a login, so never here)."""
+    parts = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30, source_address=(source, 0))
+    try:
+        conn.request(method, path, body, headers or {})
+        response = conn.getresponse()
+        response.body = response.read()  # type: ignore[attr-defined]
+        return response
+    finally:
+        conn.close()
+
+
+def login_from(url: str, source: str, password: str, forwarded_for: str | None = None) -> int:
+    headers = {"Content-Type": "application/x-www-form-urlencoded"}
+    if forwarded_for is not None:
+        headers["X-Forwarded-For"] = forwarded_for
+    form = urllib.parse.urlencode({"username": USER, "password": password})
+    return send_from(url, source, "POST", "/login", form, headers).status
+
+
 @pytest.fixture(scope="module")
 def open_app(tmp_path_factory):
     app = start_app(tmp_path_factory.mktemp("open"), name="open", extra_args=("--lazy",))
@@ -62,8 +88,8 @@ def open_app(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def locked_app(tmp_path_factory):
-    app = start_app(tmp_path_factory.mktemp("locked"), name="locked", extra_args=("--lazy", "--auth",
-                                                                                  f"{USER}:{PASSWORD}"))
+    app = start_app(tmp_path_factory.mktemp("locked"), name="locked",
+                    extra_args=("--lazy", "--auth", f"{USER}:{PASSWORD}", "--forwarded-allow-ips", PROXY))
     yield app
     app.stop()
 
@@ -108,6 +134,72 @@ def test_with_a_login_every_route_is_closed_until_signed_in(locked_app) -> None:
         client.predict("0" * 32, api_name="/fetch_run")
 
 
+#: What answers under --auth before signing in (README, "Security and data safety"): the login page, what
+#: it loads (Gradio's compiled frontend, fonts and stock theme) and the form's target. Nothing else.
+PUBLIC_UNDER_LOGIN = {("/", "GET"), ("/", "HEAD"), ("/theme.css", "GET"), ("/assets/{path:path}", "GET"),
+                      ("/static/{path:path}", "GET"), ("/login", "POST"), ("/login/", "POST")}
+
+
+#: Refused as they are with or without a login: the API schema (404) and uploads to an app that takes none (403).
+REFUSED_BEFORE_LOGIN = {("/gradio_api/openapi.json", 404), ("/gradio_api/upload", 403),
+                        ("/gradio_api/process_recording", 403)}
+
+
+@pytest.fixture(scope="module")
+def built_app(tmp_path_factory):
+    """The app built in-process as ``python app.py`` builds it, from a corpus and a model given as absolute
+    paths (the model is never loaded)."""
+    from explorer.ui.app import AppSettings, build_app
+    from tests.browser_support import write_corpus
+
+    folder = tmp_path_factory.mktemp("routes")
+    corpus = write_corpus(folder / "private_corpus.jsonl", [])
+    return build_app(AppSettings(db=folder / "r.sqlite", model=str(folder / "models" / "my-model"),
+                                 corpus=str(corpus), preload=False))
+
+
+@pytest.fixture(scope="module")
+def route_table(built_app) -> list[tuple[str, str]]:
+    """Every (path, method) of the app's FastAPI route table, made as ``launch`` makes it."""
+    import gradio as gr
+    from fastapi.routing import iter_route_contexts
+
+    app = gr.routes.App.create_app(built_app, app_kwargs={"docs_url": None, "redoc_url": None, "openapi_url": None})
+    return sorted({(r.path, m) for r in iter_route_contexts(app.routes) for m in (r.methods or ())})
+
+
+def test_status_names_the_model_and_corpus_without_a_server_path(built_app, tmp_path_factory) -> None:
+    status = next(fn.fn for fn in built_app.fns.values() if fn.api_name == "status")()
+    assert "model my-model, corpus private_corpus.jsonl" in status["message"], status
+    assert str(tmp_path_factory.getbasetemp()) not in str(status) and "/" not in status["message"]
+
+
+def test_with_a_login_no_route_of_the_app_answers_but_the_login_page(locked_app, route_table) -> None:
+    """Every route of the table is asked without a session: only the documented login page answers, so a
+    route a later Gradio adds is closed by default and this test names it if it is not."""
+    assert len(route_table) > 60 and ("/gradio_api/heartbeat/{session_hash}", "GET") in route_table
+    answered = set()
+    for path, method in route_table:
+        concrete = re.sub(r"\{[^}]+\}", "x", path)
+        response = send_from(locked_app.url, "127.0.0.4", method, concrete, "{}" if method == "POST" else None,
+                             {"Content-Type": "application/json"})
+        refused = response.status == 401 or (concrete, response.status) in REFUSED_BEFORE_LOGIN
+        if not refused:
+            answered.add((path, method))
+    assert answered == PUBLIC_UNDER_LOGIN
+    assert b"auth_required" in send_from(locked_app.url, "127.0.0.4", "GET", "/").body  # the page is the login form
+    # signed in, the closed routes answer
+    form = urllib.parse.urlencode({"username": USER, "password": PASSWORD})
+    signed = send_from(locked_app.url, "127.0.0.4", "POST", "/login", form,
+                       {"Content-Type": "application/x-www-form-urlencoded"})
+    assert signed.status == 200
+    cookie = "; ".join(c.split(";", 1)[0] for c in signed.headers.get_all("set-cookie"))
+    for path in ("/manifest.json", "/gradio_api/startup-events", "/config"):
+        assert send_from(locked_app.url, "127.0.0.4", "GET", path, headers={"Cookie": cookie}).status == 200, path
+    assert send_from(locked_app.url, "127.0.0.4", "GET", "/config", headers={"Cookie": "access-token-x=forged"}
+                     ).status == 401
+
+
 def test_wrong_passwords_back_off_and_the_right_one_resets(locked_app) -> None:
     url = locked_app.url
     started = time.monotonic()
@@ -124,6 +216,23 @@ def test_wrong_passwords_back_off_and_the_right_one_resets(locked_app) -> None:
     assert login(url, PASSWORD)[0] == 200
     assert login(url, "wrong")[0] == 400  # counting starts again
     assert time.monotonic() - started < 30
+
+
+def test_forwarding_headers_count_only_from_named_proxies() -> None:
+    from explorer.ui.forwarding import ForwardedTrust, apply_forwarding, parse_proxies
+
+    trust = ForwardedTrust(parse_proxies("10.0.0.0/8, ::1"))
+    scope = {"type": "http", "client": ("10.2.3.4", 5), "scheme": "http",
+             "headers": [(b"x-forwarded-for", b"1.1.1.1, [2001:db8::1]:443"), (b"x-forwarded-proto", b"https"),
+                         (b"x-forwarded-host", b"evil.example"), (b"host", b"app")]}
+    named = apply_forwarding(scope, trust)
+    assert named["client"] == ("2001:db8::1", 0) and named["scheme"] == "https"
+    stranger = apply_forwarding({**scope, "client": ("192.0.2.7", 5)}, trust)
+    assert stranger["client"] == ("192.0.2.7", 5) and stranger["scheme"] == "http"
+    assert stranger["headers"] == [(b"host", b"app")]  # Gradio never sees a stranger's forwarded host
+    assert apply_forwarding(scope, ForwardedTrust())["client"] == ("10.2.3.4", 5)  # the default names no proxy
+    with pytest.raises(ValueError):
+        parse_proxies("10.0.0.1,not-an-address")
 
 
 def test_the_throttle_doubles_its_wait_up_to_a_cap() -> None:
@@ -156,6 +265,20 @@ def test_uploads_are_allowed_only_when_a_component_takes_files() -> None:
     assert refused_filename(b'filename="a.jsonl"\r\n..filename="b.exe"', (".jsonl",)) == "b.exe"
 
 
+def test_a_forged_forwarded_address_does_not_escape_the_throttle(locked_app) -> None:
+    """Last of the locked app's tests: it leaves 127.0.0.1 (the peer uvicorn itself would believe) throttled."""
+    url = locked_app.url
+    statuses = [login_from(url, "127.0.0.1", "wrong", f"10.0.0.{n}") for n in range(30)]
+    # one count, the real peer's (which may hold a failure from the test before): at most 5 tries, then 429s
+    assert set(statuses[:5]) <= {400, 429} and set(statuses[5:]) == {429}, statuses
+    assert login_from(url, "127.0.0.1", PASSWORD, "10.0.0.99") == 429
+    # the named proxy's word is taken: each client it reports is counted apart
+    assert [login_from(url, PROXY, "wrong", "10.1.0.1") for _ in range(6)] == [400] * 5 + [429]
+    assert login_from(url, PROXY, "wrong", "10.1.0.9, 10.1.0.1") == 429  # a client's own claim, left of the proxy's
+    assert login_from(url, PROXY, "wrong", "10.1.0.2") == 400
+    assert login_from(url, PROXY, PASSWORD, "10.1.0.2") == 200
+
+
 # -- options ---------------------------------------------------------------------------------------------
 
 
@@ -172,6 +295,7 @@ def run_main(argv: list[str], capsys) -> tuple[int, str]:
     (["--port", "-1"], "-1 is not a TCP port"),
     (["--host", "host.invalid"], "cannot resolve the address"),
     (["--auth", "nocolon"], "--auth must be USER:PASSWORD"),
+    (["--forwarded-allow-ips", "10.0.0.1,proxy.example"], "--forwarded-allow-ips (or EXPLORER_FORWARDED_ALLOW_IPS)"),
 ])
 def test_bad_server_options_are_refused_before_anything_loads(argv, expected, capsys, tmp_path) -> None:
     code, err = run_main([*argv, "--db", str(tmp_path / "x.sqlite"), "--lazy"], capsys)

@@ -6,6 +6,7 @@ import csv
 import hashlib
 import io
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -206,15 +207,35 @@ def test_report_history_and_fetch_work_on_a_read_only_file_and_folder(tmp_path: 
 # -- CSV injection ------------------------------------------------------------------------------------
 
 
+#: Texts that are harmless in a comma-separated reading but start a formula where a spreadsheet splits
+#: on semicolons or tabs (or starts a row at a line break).
+SPLIT_INJECTIONS = ["0x1;=1", ";@SUM(1)", "a\t=1+1", "x,=1;+2", "note\n-2+3+cmd|' /C calc'!A0", "ok; \uff1d1"]
+
+
+def _formula(cell: str) -> bool:
+    """A cell a spreadsheet would run: it starts with a formula sign and is not just a number."""
+    text = cell.lstrip(" ")
+    return text.startswith(("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")) and \
+        not re.fullmatch(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?", text.strip())
+
+
 @pytest.mark.parametrize("payload", INJECTIONS)
 def test_formula_cells_are_neutralised(payload: str) -> None:
-    assert safe_cell(payload) == "'" + payload.replace("\r", "\n")
+    cell = safe_cell(payload)
+    assert cell.startswith("'") and cell.replace("'", "") == payload.replace("'", "").replace("\r", "\n")
+
+
+@pytest.mark.parametrize("payload", SPLIT_INJECTIONS)
+def test_a_formula_after_a_separator_is_neutralised_too(payload: str) -> None:
+    cell = safe_cell(payload)
+    assert cell != payload and cell.replace("'", "") == payload.replace("'", "")
+    assert not any(_formula(piece) for piece in re.split(r"[,;\t\n]", cell)), cell
 
 
 def test_a_carriage_return_cannot_start_a_row_of_its_own() -> None:
     out = io.StringIO()
     csv.writer(out, lineterminator="\n").writerow([safe_cell("ok\r=1+1"), "next"])
-    assert list(csv.reader(io.StringIO(out.getvalue()))) == [["ok\n=1+1", "next"]]
+    assert list(csv.reader(io.StringIO(out.getvalue()))) == [["ok\n'=1+1", "next"]]
 
 
 @pytest.mark.parametrize("value", ["-0.5", "+3", "1e-6", "-12", "plain text", "a=b", "", 3, -2.5, None])
@@ -224,6 +245,23 @@ def test_numbers_and_plain_text_are_left_alone(value) -> None:
 
 def _cells(text: str) -> list[str]:
     return [cell for row in csv.reader(io.StringIO(text)) for cell in row]
+
+
+def test_history_csv_holds_no_formula_in_a_comma_a_semicolon_or_a_tab_reading(tmp_db: Path) -> None:
+    store = RunStore(tmp_db)
+    for i, payload in enumerate(SPLIT_INJECTIONS):
+        trace = make_trace("wo", payload, ["x"], qid=f"s{i}", question=payload)
+        store.save(trace)
+        store.rename(trace.run_id, payload)
+        store.tag(trace.run_id, payload)
+    text = store.export_csv()
+    for delimiter in (",", ";", "\t"):  # as a spreadsheet in another locale, or a paste, splits the same file
+        cells = [cell for row in csv.reader(io.StringIO(text), delimiter=delimiter) for cell in row]
+        assert len(cells) > len(SPLIT_INJECTIONS)  # one cell or more per row
+        assert not [c for c in cells if _formula(c)], delimiter
+    comma = _cells(text)
+    for payload in SPLIT_INJECTIONS:  # the comma reading still holds each text, marked where it had to be
+        assert safe_cell(payload) in comma and payload not in comma
 
 
 def test_history_csv_neutralises_every_payload_field(tmp_db: Path) -> None:
@@ -247,9 +285,13 @@ def test_evaluation_csvs_neutralise_payloads(tmp_db: Path, tmp_path: Path) -> No
 
     store = RunStore(tmp_db)
     store_evaluation(store, "inj", [make_trace("wo", p, ["=1+1"], qid=f"q{i}") for i, p in enumerate(INJECTIONS)])
+    store_evaluation(store, "inj", [make_trace("wo", p, ["=1+1"], qid=f"s{i}") for i, p in enumerate(SPLIT_INJECTIONS)])
     write_report(store, "inj", tmp_path)
     for name in ("questions.csv", "summary.csv"):
         with open(tmp_path / name, encoding="utf-8", newline="") as f:
-            cells = _cells(f.read())
+            text = f.read()
+        cells = _cells(text)
         assert not [c for c in cells if c.lstrip(" ").startswith(("=", "+", "@", "\t", "\r", "\uff1d"))], name
         assert not [c for c in cells if c.startswith("-") and not c[1:].replace(".", "").isdigit()], name
+        semicolon = [cell for row in csv.reader(io.StringIO(text), delimiter=";") for cell in row]
+        assert not [c for c in semicolon if _formula(c)], name

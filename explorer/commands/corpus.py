@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import sys
 import time
@@ -110,7 +109,7 @@ def _info(args: argparse.Namespace) -> int:
 
 def _convert(args: argparse.Namespace) -> int:
     from explorer.errors import ConfigError
-    from explorer.paths import check_creatable
+    from explorer.outputs import check_creatable, open_output, write_error
     from explorer.retrieval.corpora import load_corpus
 
     if args.max_words < 1:
@@ -123,17 +122,13 @@ def _convert(args: argparse.Namespace) -> int:
         raise ConfigError(f"the output should be a .jsonl file, got '{out.name}'", where=str(out),
                           fix="name it something.jsonl")
     corpus = load_corpus(args.source, args.fmt, max_words=args.max_words, show_progress=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "w", encoding="utf-8") as stream:
-            for p in corpus.passages:
-                stream.write(json.dumps({"id": p.id, "title": p.title, "text": p.text}, ensure_ascii=False) + "\n")
-        os.replace(tmp, out)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise ConfigError(f"cannot write the file ({exc.strerror or exc})", where=str(out),
-                          fix="check the folder, its permissions and the free space") from exc
+        raise write_error(exc, out, "output") from exc
+    with open_output(out, "output") as stream:
+        for p in corpus.passages:
+            stream.write(json.dumps({"id": p.id, "title": p.title, "text": p.text}, ensure_ascii=False) + "\n")
     print(f"wrote {len(corpus):,} passages from {corpus.documents:,} documents ({corpus.format}) to {out}")
     return 0
 
@@ -172,8 +167,11 @@ def _build(args: argparse.Namespace) -> int:
     if not specs and not args.corpora:
         raise ConfigError("nothing to pool", where="corpus build",
                           fix="give question files with --dataset and/or corpus files with --corpus")
-    out: Path = args.out
-    existing = [n for n in ("corpus.jsonl", "gold.json", "manifest.json") if (out / n).exists()]
+    from explorer.outputs import check_creatable
+    from explorer.retrieval.pool import POOL_FILES
+
+    out: Path = check_creatable(args.out, "--out", folder=True, files=POOL_FILES)  # before anything is read
+    existing = [n for n in POOL_FILES if (out / n).exists()]
     if existing and not args.force:
         raise ConfigError(f"{out / existing[0]} already exists", where="--out",
                           fix="choose another --out folder, or pass --force to overwrite")

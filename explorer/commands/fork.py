@@ -52,10 +52,13 @@ def _ids(text: str | None) -> list[str]:
 
 def build_plan(args: argparse.Namespace, parent: Any) -> Any:
     """The fork plan the arguments describe, checked against the parent (before any model is loaded)."""
-    from explorer.errors import ConfigError
+    from explorer.errors import ConfigError, check_text
     from explorer.forks import ForkChange, ForkPlan, ForkPoint, parse_at, resolve
 
     params = parse_assignments(args.settings)
+    for flag, text in (("--query", args.query), ("--edit-query", args.edit_query)):
+        if text is not None:
+            check_text(text, flag)
     if args.at is None and args.retrieval is None:
         raise ConfigError("say where to fork", where="fork", fix="give --at SPAN:TOKEN or --retrieval ID")
     point = parse_at(args.at) if args.at is not None else ForkPoint(retrieval=args.retrieval)
@@ -97,17 +100,18 @@ def run(args: argparse.Namespace) -> int:
     from explorer.forks import fork_run
     from explorer.forks.diff import diff_runs
     from explorer.journal import RunJournal
-    from explorer.paths import check_output_file, default_db_path, write_text_file
+    from explorer.outputs import check_output_file, write_text_file
+    from explorer.paths import default_db_path
     from explorer.retrieval.choice import retriever_config
     from explorer.runtime import open_runtime
     from explorer.store import RunStore
     from explorer.summary import render_text
 
+    if args.json:
+        args.json = check_output_file(args.json, "--json")
     store = RunStore(args.db or default_db_path())
     parent = store.get(store.resolve_id(args.run_id))
     plan = build_plan(args, parent)
-    if args.json:
-        args.json = check_output_file(args.json, "--json")
     model, corpus = parent.model or {}, parent.corpus or {}
     recorded = dict(corpus.get("retriever_config") or {"kind": corpus.get("retriever", "bm25")})
     kind = recorded.pop("kind", "bm25")

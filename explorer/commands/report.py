@@ -9,8 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from explorer.errors import ExplorerError
-from explorer.paths import check_creatable
+from explorer.outputs import check_creatable
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -40,13 +39,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"{e['name']}  {e['status']}  started {e['created_at']}  runs: "
                   + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
         return 0
-    out = check_creatable(args.out or Path("reports") / _safe(args.name), "--out", folder=True)
-    try:
-        written = write_report(store, args.name, out)
-    except OSError as exc:
-        raise ExplorerError(f"cannot write the report ({exc.strerror or exc})", where=f"--out {out}",
-                            fix="choose a folder you can write to, with free space") from exc
-    for path in written:
+    from explorer.eval.report import REPORT_FILES
+
+    out = check_creatable(args.out or Path("reports") / _safe(args.name), "--out", folder=True, files=REPORT_FILES)
+    for path in write_report(store, args.name, out):
         print(path)
     return 0
 

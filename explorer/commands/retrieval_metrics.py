@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     from explorer.retrieval.choice import retriever_config
 
     if str(args.out) != "-":
-        from explorer.paths import check_creatable
+        from explorer.outputs import check_creatable
 
         args.out = check_creatable(args.out, "--out")  # before the measuring, not after it
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -119,7 +119,12 @@ def run(args: argparse.Namespace) -> int:
     text = render_markdown(report)
     print(text)
     if str(args.out) != "-":
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text, encoding="utf-8")
+        from explorer.outputs import write_error, write_file
+
+        try:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise write_error(exc, args.out, "--out") from exc
+        write_file(args.out, text, "--out")
         print(f"wrote {args.out}", file=sys.stderr)
     return 0

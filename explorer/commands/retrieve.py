@@ -11,6 +11,10 @@ import json
 import sys
 import textwrap
 
+#: The most passages one search prints, and the narrowest snippet (a shortened text needs room for " ...").
+MAX_K = 10_000
+MIN_WIDTH = 20
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from explorer.retrieval.choice import add_retriever_arguments
@@ -36,7 +40,7 @@ def _progress(message: str) -> None:
 
 
 def snippet(text: str, width: int) -> str:
-    return textwrap.shorten(" ".join(text.split()), width=max(width, 20), placeholder=" ...")
+    return textwrap.shorten(" ".join(text.split()), width=max(width, MIN_WIDTH), placeholder=" ...")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -44,8 +48,17 @@ def run(args: argparse.Namespace) -> int:
     from explorer.retrieval.choice import config_from_args
     from explorer.retrieval.registry import open_retriever
 
+    if not args.query.strip():
+        raise ConfigError("the search text is empty", where="query",
+                          fix='give some words to search for, e.g. retrieve "arena seating capacity"')
     if args.k < 1:
         raise ConfigError(f"-k must be at least 1, got {args.k}", where="-k", fix="pass -k 5, for example")
+    if args.k > MAX_K:
+        raise ConfigError(f"-k must be at most {MAX_K:,}, got {args.k:,}", where="-k",
+                          fix="ask for the passages you will read, e.g. -k 20")
+    if args.width < MIN_WIDTH:
+        raise ConfigError(f"--width must be at least {MIN_WIDTH}, got {args.width}", where="--width",
+                          fix="pass e.g. --width 160 (characters of text shown per hit)")
     choice = config_from_args(args)
     retriever = open_retriever(args.corpus, progress=_progress, fmt=args.fmt, kind=choice)
     hits = retriever.search(args.query, args.k)

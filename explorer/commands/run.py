@@ -12,7 +12,7 @@ from pathlib import Path
 
 from explorer.cli import MODEL_HELP, add_attn_option
 from explorer.config import parse_assignments
-from explorer.paths import check_output_file, write_text_file
+from explorer.outputs import check_output_file, write_text_file
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -71,7 +71,7 @@ def check_before_loading(args: argparse.Namespace):
     Returns the opened run store for ``--db`` (None without it): the run is written there from
     its first token on.
     """
-    from explorer.errors import ConfigError, ExplorerError
+    from explorer.errors import ConfigError, ExplorerError, check_text
     from explorer.methods.base import get_method
 
     variants = get_method(args.method).variants
@@ -81,6 +81,7 @@ def check_before_loading(args: argparse.Namespace):
     if not (args.question or "").strip():
         raise ExplorerError("the question is empty", where="--question", fix='give the question, e.g. --question "Who '
                                                                               'wrote Hamlet?"')
+    check_text(args.question, "--question")  # bytes that are not UTF-8 arrive as lone surrogates
     from explorer.retrieval.corpora import NAMED_CORPORA, resolve_corpus_path
 
     if args.corpus not in NAMED_CORPORA:

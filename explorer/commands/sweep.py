@@ -74,9 +74,11 @@ def run(args: argparse.Namespace) -> int:
                             retriever=retriever.recorded(), attn=args.attn,
                             sweep={"method": arms[0].method, "variant": arms[0].variant, "param": args.param,
                                    "values": [a.given[args.param] for a in arms]})
-    from explorer.paths import check_creatable
+    from explorer.eval.report import REPORT_FILES
+    from explorer.outputs import check_creatable
 
-    out = check_creatable(args.out or Path("reports") / _safe(name), "--out", folder=True)  # before any run
+    out = check_creatable(args.out or Path("reports") / _safe(name), "--out", folder=True,
+                          files=REPORT_FILES)  # before any run
     store = open_store(args.db)
     print(f"sweep {name!r} in {store.path}", file=sys.stderr)
     with stop_on_terminate():

@@ -52,9 +52,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--neg-ratio must be at least 1, got {args.neg_ratio}", where="--neg-ratio",
                           fix="pass e.g. --neg-ratio 4")
     if args.out is not None:
-        from explorer.paths import check_creatable
+        from explorer.methods.drrag.pair_classifier import CLASSIFIER_FILES
+        from explorer.outputs import check_creatable
 
-        args.out = check_creatable(args.out, "--out")  # before the training, not after it
+        args.out = check_creatable(args.out, "--out", folder=True, files=CLASSIFIER_FILES)  # before the training
 
     def progress(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)

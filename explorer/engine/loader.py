@@ -33,6 +33,7 @@ from explorer.engine.embedded import (
     read_manifest,
 )
 from explorer.engine.model import LoadedModel
+from explorer.engine.weight_files import check_safetensors
 from explorer.errors import ModelError
 from explorer.paths import portable_path
 
@@ -133,6 +134,11 @@ def resolve_spec(spec: str, progress: Callable[[str], None] = print, *, dtype: s
     path = Path(spec).expanduser()
     if path.exists():
         return _resolve_local(path, dtype, progress)
+    if path.is_symlink():
+        from explorer.outputs import missing_reason
+
+        raise ModelError(f"this model path {missing_reason(path)}", where=spec,
+                         fix="correct or remove the link, or give the model folder or .gguf file itself")
     if _looks_like_path(spec):
         raise ModelError("this model path does not exist", where=spec,
                          fix=f"check the path, or use {_EMBEDDED_HINT} for a packaged model")
@@ -171,6 +177,7 @@ def _resolve_local(path: Path, dtype: str, progress: Callable[[str], None]) -> _
         if not has_weights:
             raise ModelError("config.json is there but no model weights", where=str(path),
                              fix="add model.safetensors (or pytorch_model.bin) to the folder, or pass a .gguf file")
+        check_safetensors(path)  # a damaged weights file is named here, not in a loader's traceback
         return _Resolved(str(path), "folder")
     ggufs = sorted(path.glob("*.gguf"))
     if len(ggufs) == 1:

@@ -244,7 +244,9 @@ def resolve_source(spec: str, *, fmt: str | None = None, data_dir: Path | str | 
                                where=option("dataset"),
                                fix=f"use one of {', '.join(DATASETS)}, or the path of a question file "
                                    "(.json, .jsonl, .csv or .tsv)")
-        what = "a folder" if path.is_dir() else "not found"
+        from explorer.outputs import missing_reason
+
+        what = "a folder" if path.is_dir() else "not found" if not path.is_symlink() else missing_reason(path)
         raise DatasetError(f"question file {what}: {path}", where=option("dataset"),
                            fix="check the path (a question file is .json, .jsonl, .csv or .tsv, optionally .gz)")
     shape, detected = sniff_format(path, fmt)

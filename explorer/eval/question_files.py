@@ -12,12 +12,13 @@ suggests an option only where the caller has one (:func:`explorer.options.option
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from explorer.errors import CorpusError, DatasetError
+from explorer.errors import CorpusError, DatasetError, json_problem, parse_json
 from explorer.eval.question import Question
 from explorer.eval.question_formats import (
     FORMAT_TITLES,
@@ -88,9 +89,9 @@ def _jsonl(path: Path) -> Iterator[tuple[str, Any]]:
                 if not line.strip():
                     continue
                 try:
-                    value = json.loads(line)
+                    value = parse_json(line)
                 except json.JSONDecodeError as exc:
-                    raise DatasetError(f"line {number} of {path} is not valid JSON ({exc.msg} at column {exc.colno})",
+                    raise DatasetError(f"line {number} of {path} is not valid JSON ({json_problem(exc)})",
                                        fix="write one JSON object per line") from None
                 yield f"line {number} of {path}", value
     except UnicodeDecodeError as exc:
@@ -117,19 +118,38 @@ def _json(path: Path) -> Iterator[tuple[str, Any]]:
         yield f"record {index + 1} of {path}", value
 
 
+#: How a table's cells may be separated: the one its name says comes first, then the others in use.
+SEPARATORS = {",": "','", ";": "';'", "\t": "a tab", "|": "'|'"}
+
+
+def _header(first_line: str, delimiter: str) -> tuple[str, list[str]]:
+    """(separator, column names) of a table's header: the separator its name says, or, when that reading
+    has no 'question' column, the first other common separator that gives one (a spreadsheet saved in a
+    locale that separates with semicolons)."""
+    for candidate in (delimiter, *(d for d in SEPARATORS if d != delimiter)):
+        names = [h.strip() for h in next(csv.reader([first_line], delimiter=candidate), [])]
+        if "question" in {n.lower() for n in names}:
+            return candidate, names
+    return delimiter, [h.strip() for h in next(csv.reader([first_line], delimiter=delimiter), [])]
+
+
 def _table(path: Path, delimiter: str) -> Iterator[tuple[str, Any]]:
     csv.field_size_limit(1 << 30)
     columns = "a header row naming the columns, e.g. question,answer (or answers, as a JSON list)"
     try:
         with open_text(path) as stream:
-            reader = csv.reader(stream, delimiter=delimiter)
-            header = next(reader, None)
-            if header is None or not any(h.strip() for h in header):
+            first = stream.readline()
+            if not first.strip():
                 raise DatasetError(f"{path} is empty or has no header row", fix=f"start the file with {columns}")
-            names = [h.strip() for h in header]
+            delimiter, names = _header(first, delimiter)
             if "question" not in {n.lower() for n in names}:
+                rest = [SEPARATORS[d] for d in SEPARATORS if d != delimiter]
+                others = ", ".join(rest[:-1]) + " or " + rest[-1]
                 raise DatasetError(f"line 1 of {path} (the header) has no 'question' column (found: "
-                                   f"{', '.join(names)})", fix=f"start the file with {columns}")
+                                   f"{', '.join(names)}) when its cells are separated by {SEPARATORS[delimiter]}, "
+                                   f"nor when separated by {others}", fix=f"start the file with {columns}")
+            reader = csv.reader(itertools.chain([first], stream), delimiter=delimiter)
+            next(reader)
             for row in reader:
                 if not row or all(not cell.strip() for cell in row):
                     continue

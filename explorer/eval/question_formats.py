@@ -25,11 +25,11 @@ A parser raises :class:`BadRecord` with what is wrong with one record; the reade
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from typing import Any
 
+from explorer.errors import ExplorerError, check_text, parse_json
 from explorer.eval.question import Question
 from explorer.retrieval.splitter import join_sentences, paragraph_passage_ids, sentence_spans
 
@@ -55,8 +55,21 @@ def text_field(record: dict, key: str) -> str:
         raise BadRecord(f"has no '{key}' field")
     value = record[key]
     if not isinstance(value, str) or not value.strip():
-        raise BadRecord(f"has a '{key}' that is not a non-empty string ({type(value).__name__} {value!r:.40})")
+        raise BadRecord(f"has {_a(key)} '{key}' that is not a non-empty string ({type(value).__name__} {value!r:.40})")
+    try:
+        check_text(value, key)
+    except ExplorerError as exc:
+        raise BadRecord(f"has a '{key}' with {exc.what.removeprefix('the text holds ')}") from None
     return value.strip()
+
+
+def _a(key: str) -> str:
+    """'a' or 'an' before a quoted field name ("an 'answer'", "a 'question'")."""
+    return "an" if key[:1].lower() in "aeiou" else "a"
+
+
+def _json_kind(value: Any) -> str:
+    return {type(None): "null", dict: "a JSON object", list: "a JSON list"}.get(type(value), type(value).__name__)
 
 
 def answers_of(*values: Any, key: str = "answer") -> list[str]:
@@ -68,7 +81,7 @@ def answers_of(*values: Any, key: str = "answer") -> list[str]:
     for value in values:
         if isinstance(value, str) and value.strip().startswith("["):
             try:
-                parsed = json.loads(value)
+                parsed = parse_json(value)
             except ValueError:
                 parsed = None
             if isinstance(parsed, list):
@@ -78,13 +91,33 @@ def answers_of(*values: Any, key: str = "answer") -> list[str]:
             if isinstance(item, bool) or isinstance(item, (int, float)):
                 item = str(item)
             if not isinstance(item, str):
-                raise BadRecord(f"has a '{key}' that is not a string or a list of strings ({type(item).__name__})")
+                raise BadRecord(f"has {_a(key)} '{key}' that is {_json_kind(item)}, not a string or a list of strings")
             item = item.strip()
             if item and item not in out:
                 out.append(item)
     if not out:
         raise BadRecord(f"has an empty '{key}'")
     return out
+
+
+ALIAS_KEYS = ("answer_aliases", "aliases")
+
+
+def aliases_of(record: dict) -> list[str]:
+    """Other accepted answers (``answer_aliases`` or ``aliases``): a list of strings, possibly empty.
+
+    A null or an object there is refused rather than read as "no aliases": it is a broken record,
+    and silently scoring against fewer answers would lower every score of that question."""
+    for key in ALIAS_KEYS:
+        if key in record:
+            value = record[key]
+            if not isinstance(value, (list, str)):
+                raise BadRecord(f"has {_a(key)} '{key}' that is {_json_kind(value)}, not a list of strings (leave "
+                                "the field out when there are none)")
+            if value in ("", []):
+                return []
+            return answers_of(value, key=key)
+    return []
 
 
 def answer_field(record: dict) -> list[str]:
@@ -97,6 +130,8 @@ def answer_field(record: dict) -> list[str]:
 def question_id(record: dict, index: int) -> str:
     for key in ("id", "_id", "qid", "idx", "question_id"):
         value = record.get(key)
+        if isinstance(value, (dict, list)):
+            raise BadRecord(f"has {_a(key)} '{key}' that is {_json_kind(value)}, not a string or a number")
         if value is not None and not isinstance(value, bool) and str(value).strip():
             return str(value).strip()
     return str(index)
@@ -152,9 +187,8 @@ def _hotpot_like(dataset: str) -> Callable[[dict, int], Question]:
                 extra[key] = record[key]
         if missing:
             extra["gold_titles_not_in_context"] = missing
-        aliases = record.get("answer_aliases", [])
         return Question(id=question_id(record, index), question=text_field(record, "question"),
-                        answers=answers_of(answer_field(record), aliases),
+                        answers=answers_of(answer_field(record), aliases_of(record)),
                         type=str(record.get("type") or "unknown"), dataset=dataset, gold_passages=gold, extra=extra)
 
     return parse
@@ -184,7 +218,7 @@ def _musique(record: dict, index: int) -> Question:
     qtype = f"{hops.group(1)}hop" if hops else (f"{len(decomposition)}hop" if decomposition else "unknown")
     extra = {key: record[key] for key in ("question_decomposition", "answerable") if key in record}
     return Question(id=qid, question=text_field(record, "question"),
-                    answers=answers_of(answer_field(record), record.get("answer_aliases", [])),
+                    answers=answers_of(answer_field(record), aliases_of(record)),
                     type=qtype, dataset="musique", gold_passages=gold, extra=extra)
 
 
@@ -232,9 +266,7 @@ def _lower_keys(record: dict) -> dict:
 
 def _question_only(record: dict, index: int) -> Question:
     record = _lower_keys(record)
-    answers = answer_field(record)
-    aliases = record.get("answer_aliases") or record.get("aliases") or []
-    answers = answers_of(answers, aliases if isinstance(aliases, (list, str)) else [], key="answer")
+    answers = answers_of(answer_field(record), aliases_of(record), key="answer")
     raw = next(record[k] for k in ANSWER_KEYS if k in record)
     qtype = str(record.get("type") or "")
     if isinstance(raw, bool):  # a JSON true/false answer: a yes/no question, scored by accuracy

@@ -26,6 +26,7 @@ from typing import Any
 from explorer.csvsafe import safe_row
 from explorer.errors import ExplorerError
 from explorer.eval.scores import EvaluationScores, primary_score, score_evaluation, varying_params
+from explorer.outputs import write_error, write_file
 
 DATASET_TITLES = {"hotpotqa": "HotpotQA", "musique": "MuSiQue", "2wiki": "2WikiMultihopQA", "nq": "NQ",
                   "strategyqa": "StrategyQA", "iirc": "IIRC", "demo": "Demo"}
@@ -395,25 +396,33 @@ def _palette(labels: list[str]) -> dict[str, str]:
     return {label: colours[i % len(colours)] for i, label in enumerate(labels)}
 
 
-def write_figure(fig: Any, path: Path) -> Path:
+def write_figure(fig: Any, path: Path, option: str = "") -> Path:
     """Self-contained HTML: plotly.js is written inline, so the file opens with no network."""
-    fig.write_html(str(path), include_plotlyjs=True, full_html=True)
-    return path
+    return write_file(path, fig.to_html(include_plotlyjs=True, full_html=True), option)
 
 
-def write_report(store: Any, name: str, out_dir: Path | str) -> list[Path]:
-    """Write evaluation.md, summary.csv, questions.csv and the charts into ``out_dir``; returns the files."""
+#: The files a report folder receives (the charts only when there are runs, the threshold chart for sweeps).
+REPORT_FILES = ("evaluation.md", "summary.csv", "questions.csv", "accuracy_vs_retrievals.html", "threshold.html")
+
+
+def write_report(store: Any, name: str, out_dir: Path | str, option: str = "--out") -> list[Path]:
+    """Write evaluation.md, summary.csv, questions.csv and the charts into ``out_dir``; returns the files.
+
+    Each file is written whole or not at all; a failed write names the file (``option`` says which
+    command option chose the folder)."""
     _require(store, name)
     out = Path(out_dir).expanduser()
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise write_error(exc, out, option) from exc
     scores = score_evaluation(store, name)
-    written = [out / "evaluation.md", out / "summary.csv", out / "questions.csv"]
-    written[0].write_text(report_markdown(store, name, scores), encoding="utf-8")
-    written[1].write_text(summary_csv(scores), encoding="utf-8")
-    written[2].write_text(questions_csv(scores), encoding="utf-8")
+    written = [write_file(out / "evaluation.md", report_markdown(store, name, scores), option),
+               write_file(out / "summary.csv", summary_csv(scores), option),
+               write_file(out / "questions.csv", questions_csv(scores), option)]
     if scores.runs:
-        written.append(write_figure(accuracy_figure(scores), out / "accuracy_vs_retrievals.html"))
+        written.append(write_figure(accuracy_figure(scores), out / "accuracy_vs_retrievals.html", option))
         fig = threshold_figure(scores)
         if fig is not None:
-            written.append(write_figure(fig, out / "threshold.html"))
+            written.append(write_figure(fig, out / "threshold.html", option))
     return written

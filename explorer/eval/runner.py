@@ -129,10 +129,22 @@ class EvalSettings:
 
 
 def parse_list(text: str | Iterable[str], what: str) -> list[str]:
-    items = text.split(",") if isinstance(text, str) else [p for t in text for p in t.split(",")]
-    out = [i.strip() for i in items if i.strip()]
-    if not out:
+    """The comma-separated items of an option (repeatable), in order, each once.
+
+    An empty item (``0.1,,0.2``, a trailing comma) is refused with its place rather than dropped: it
+    is usually a value the user meant to type."""
+    given = [text] if isinstance(text, str) else list(text)
+    if not any(t.strip() for t in given):
         raise ConfigError(f"no {what} given", where=f"--{what}", fix=f"give one or more {what}, comma separated")
+    out: list[str] = []
+    for part in given:
+        items = part.split(",")
+        for number, item in enumerate(items, start=1):
+            if not item.strip():
+                raise ConfigError(f"item {number} of {len(items)} in {part!r} is empty", where=f"--{what}",
+                                  fix=f"give a value between each pair of commas (or drop the extra comma), e.g. "
+                                      f"{','.join(i.strip() for i in items if i.strip())}")
+            out.append(item.strip())
     return list(dict.fromkeys(out))
 
 

@@ -9,15 +9,18 @@ BM25 index cache: the same passages give the same index, whatever file they came
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from explorer.errors import CorpusError
+from explorer.errors import CorpusError, ExplorerError, check_text
 from explorer.paths import DEMO_CORPUS_DIR
 from explorer.retrieval.base import Passage
 from explorer.retrieval.formats import FORMATS, open_documents
-from explorer.retrieval.splitter import MAX_WORDS, Document, split_document
+from explorer.retrieval.splitter import MAX_WORDS, Document, content_id, split_document
+
+log = logging.getLogger("explorer.corpus")
 
 Progress = Callable[[str], None]
 NAMED_CORPORA = ("demo", "benchmark")
@@ -69,16 +72,20 @@ def collect_documents(docs: Iterable[Document], *, show_progress: bool = False,
     """All documents, with duplicates dropped.
 
     Paragraphs without an id of their own carry a content id, so a paragraph repeated across
-    questions is kept once. A repeated *explicit* id with the same title and text is dropped too;
-    with different content it is an error, because passages and gold labels are looked up by id.
+    questions is kept once, silently. A repeated *explicit* id with the same title and text is
+    kept once too, with a warning naming the ids (a file holding the same records twice is usually
+    a mistake: the passage count says fewer than its lines); with different content it is an
+    error, because passages and gold labels are looked up by id.
     """
     from tqdm import tqdm
 
     out: list[Document] = []
     seen: dict[str, int] = {}
+    repeated: dict[str, list[str]] = {}
     for doc in tqdm(docs, desc=desc, unit=" docs", disable=not show_progress, leave=False, delay=0.5):
         index = seen.get(doc.id)
         if index is None:
+            _check_text(doc)
             seen[doc.id] = len(out)
             out.append(doc)
             continue
@@ -86,7 +93,23 @@ def collect_documents(docs: Iterable[Document], *, show_progress: bool = False,
         if first.title.split() != doc.title.split() or first.text.split() != doc.text.split():
             raise CorpusError(f"id '{doc.id}' is used again for a different passage (first at {first.where})",
                               where=doc.where, fix="give every passage its own id")
+        if doc.id != content_id(doc.title, doc.text):
+            repeated.setdefault(doc.id, [first.where]).append(doc.where)
+    if repeated:
+        shown = "; ".join(f"'{k}' at {', '.join(v)}" for k, v in list(repeated.items())[:5])
+        log.warning("%d passage id(s) appear more than once with the same text, each kept once: %s%s",
+                    len(repeated), shown, " ..." if len(repeated) > 5 else "")
     return out
+
+
+def _check_text(doc: Document) -> None:
+    """A passage with a lone surrogate (a JSON ``\\udcff`` escape) could be neither stored in a trace nor shown."""
+    for field_name, text in (("id", doc.id), ("title", doc.title), ("text", doc.text)):
+        try:
+            check_text(text, doc.where)
+        except ExplorerError as exc:
+            raise CorpusError(f"the passage's {field_name} holds {exc.what.removeprefix('the text holds ')}",
+                              where=doc.where, fix="re-save the file as valid UTF-8 text") from None
 
 
 def corpus_from_documents(name: str, docs: list[Document], *, source: Path, fmt: str,
@@ -120,6 +143,11 @@ def resolve_corpus_path(path_or_name: str | Path) -> tuple[str, Path]:
 
         return "benchmark", ensure_benchmark_corpus().corpus_path
     path = Path(spec).expanduser()
+    if path.is_symlink() and not path.exists():
+        from explorer.outputs import missing_reason
+
+        raise CorpusError(f"the corpus path {missing_reason(path)}", where=str(path),
+                          fix="correct or remove the link, or give the corpus file itself")
     if not path.exists():
         raise CorpusError(f"no corpus named '{spec}' and no such file or folder", where="corpus",
                           fix=f"use one of {', '.join(NAMED_CORPORA)}, or the path of a corpus file or folder "

@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from explorer.errors import CorpusError, json_problem
+from explorer.errors import CorpusError, json_problem, parse_json
 from explorer.options import option
 from explorer.retrieval.splitter import Document, join_sentences, paragraph_document
 
@@ -117,7 +117,7 @@ def iter_jsonl(path: Path) -> Iterator[Record]:
             if not line.strip():
                 continue
             try:
-                yield f"{path}:{number}", json.loads(line)
+                yield f"{path}:{number}", parse_json(line)
             except json.JSONDecodeError as exc:
                 raise CorpusError(f"not valid JSON ({json_problem(exc)})", where=f"{path}:{number}",
                                   fix="write one JSON object per line") from exc
@@ -126,7 +126,7 @@ def iter_jsonl(path: Path) -> Iterator[Record]:
 def load_json(path: Path) -> Any:
     with open_text(path) as stream, _read_errors(lambda: str(path)):
         try:
-            return json.load(stream)
+            return parse_json(stream.read())
         except json.JSONDecodeError as exc:
             raise CorpusError(f"not valid JSON ({json_problem(exc, column=False)})",
                               where=f"{path}:{exc.lineno}:{exc.colno}",

@@ -16,15 +16,14 @@ and ``manifest.json`` (sources with their content hashes, counts).
 from __future__ import annotations
 
 import json
-import os
 import time
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from explorer.errors import CorpusError
 from explorer.eval.datasets import DatasetSource, file_fingerprint
+from explorer.outputs import write_file
 from explorer.retrieval.corpora import PooledFiles, collect_documents, corpus_from_documents
 from explorer.retrieval.formats import SHAPE_READERS, open_documents
 from explorer.retrieval.splitter import Document, paragraph_document
@@ -77,10 +76,12 @@ def corpus_paragraphs(source: CorpusSource) -> tuple[str, Iterator[Document]]:
     return shape, (paragraph_document(d.title, d.text, d.where) for d in docs)
 
 
+#: The files a pooled corpus folder receives.
+POOL_FILES = ("corpus.jsonl", "gold.json", "manifest.json")
+
+
 def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    write_file(path, text, "--out")
 
 
 def build_pool(datasets: Sequence[DatasetSource], corpora: Sequence[CorpusSource], out: Path, *,

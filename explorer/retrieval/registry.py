@@ -60,6 +60,11 @@ def _source_of(spec: str, progress: Progress | None) -> tuple[str, Path | None]:
 
         return "benchmark", ensure_benchmark_corpus(progress=progress).corpus_path
     path = Path(spec).expanduser()
+    if path.is_symlink() and not path.exists():
+        from explorer.outputs import missing_reason
+
+        raise CorpusError(f"the corpus path {missing_reason(path)}", where=str(path),
+                          fix="correct or remove the link, or give the corpus file itself")
     if not path.exists():
         raise CorpusError(f"no corpus named '{spec}' and no such file or folder",
                           fix=f"use {' or '.join(repr(n) for n in NAMED_CORPORA)}, or the path of a corpus file or "

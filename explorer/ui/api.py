@@ -27,11 +27,12 @@ from typing import Any, TypedDict
 
 import gradio as gr
 
-from explorer.errors import ExplorerError, hide_paths, json_problem, public_message
+from explorer.errors import ExplorerError, NotFound, check_text, hide_paths, json_problem, parse_json, public_message
 from explorer.store import RunStore
 from explorer.trace import Trace
 from explorer.ui.controller import RunController
 from explorer.ui.controls import RunSpec, build_specs, params
+from explorer.ui.guard import BAD_REQUEST, NOT_FOUND, SERVER_ERROR
 
 log = logging.getLogger("explorer.ui")
 MAX_RUN_ID = 64
@@ -108,7 +109,8 @@ def client_error(exc: ExplorerError, where: str | None = None) -> gr.Error:
     shown = public_message(exc, where)
     if shown != exc.message:
         log.info("API error (shown to the client as %r): %s", shown, exc.message)
-    return gr.Error(shown, print_exception=False)
+    # The title tells the guard which HTTP status the synchronous routes answer with (404, else 400).
+    return gr.Error(shown, title=NOT_FOUND if isinstance(exc, NotFound) else BAD_REQUEST, print_exception=False)
 
 
 def guarded(where: str, fn: Callable[[], Any]) -> Any:
@@ -120,7 +122,7 @@ def guarded(where: str, fn: Callable[[], Any]) -> Any:
     except Exception as exc:  # noqa: BLE001 - the client gets one line, the log the traceback
         log.exception("API call failed")
         raise gr.Error(f"internal error ({type(exc).__name__}); the server log has the details",
-                       print_exception=False) from None
+                       title=SERVER_ERROR, print_exception=False) from None
 
 
 def _text(value: Any, where: str, example: str) -> str:
@@ -129,18 +131,19 @@ def _text(value: Any, where: str, example: str) -> str:
     if not isinstance(value, str):
         raise ExplorerError(f"expected text, got {type(value).__name__}", where=where,
                             fix=f"pass a string, e.g. {example}")
-    return value
+    return check_text(value, where)
 
 
 def _settings(method: str, text: str) -> dict[tuple[str, str], Any]:
     text = _text(text, "settings", '\'{"threshold": 0.3}\'')
     try:
-        values = json.loads(text or "{}")
+        values = parse_json(text or "{}")
     except json.JSONDecodeError as exc:
         raise ExplorerError(f"settings are not valid JSON ({json_problem(exc)})", where="settings",
                             fix='give an object such as {"threshold": 0.3}') from None
     if not isinstance(values, dict):
         raise ExplorerError("settings must be a JSON object", where="settings", fix='e.g. {"threshold": 0.3}')
+    check_text(json.dumps(values, ensure_ascii=False), "settings")  # a "\\udcff" escape decodes to no character
     known = {p.name for p in params(method)}
     unknown = sorted(set(values) - known)
     if unknown:

@@ -26,7 +26,7 @@ from explorer.methods.base import method_names  # noqa: E402
 from explorer.paths import ASSETS_DIR  # noqa: E402
 from explorer.store import RunStore  # noqa: E402
 from explorer.ui import api, controls, forkblock, gallery, history_tab, questions, run_tab, viewblock  # noqa: E402
-from explorer.ui.controller import RunController, RuntimeHolder  # noqa: E402
+from explorer.ui.controller import RunController, RuntimeHolder, given_name  # noqa: E402
 from explorer.ui.evaluations import build_evaluations_tab  # noqa: E402
 from explorer.ui.history import Exports, TraceCache  # noqa: E402
 from explorer.ui.report import EXPLORER_JS, PLOTLY_JS  # noqa: E402
@@ -106,7 +106,8 @@ def _runtime_holder(settings: AppSettings, start: Any, opening: str | None) -> R
         return runtime
 
     holder = RuntimeHolder(open_app_runtime,
-                           describe=f"model {settings.model}, corpus {settings.corpus}, retriever {start.label}",
+                           describe=f"model {given_name(settings.model)}, corpus {given_name(settings.corpus)}, "
+                                    f"retriever {start.label}",
                            warm=warm_up(opening) if opening is not None else None)
     if settings.preload:
         holder.start()
@@ -168,20 +169,23 @@ def build_app(settings: AppSettings) -> gr.Blocks:
 
 
 def launch(demo: gr.Blocks, *, host: str, port: int, auth: tuple[str, str] | None = None,
-           quiet: bool = False, uploads: bool | None = None) -> None:
+           quiet: bool = False, uploads: bool | None = None, proxies: tuple[Any, ...] = ()) -> None:
     """Serve with a bounded queue and nothing fetched from outside (no analytics, no CDN, no SSR).
 
     The :mod:`~explorer.ui.guard` middleware sits in front: no API schema routes, uploads only
-    when a component takes files (``uploads=None`` decides from the layout), and a backoff on
-    repeated wrong passwords.
+    when a component takes files (``uploads=None`` decides from the layout), a backoff on
+    repeated wrong passwords, and forwarding headers believed only from ``proxies``.
     """
     from starlette.middleware import Middleware
 
+    from explorer.ui.forwarding import ForwardedTrust
     from explorer.ui.guard import MAX_UPLOAD, Guard, GuardSettings, needs_uploads, upload_suffixes
 
     allow = needs_uploads(demo) if uploads is None else uploads
     guard = Middleware(Guard, settings=GuardSettings(uploads=allow, login=auth is not None,
-                                                     upload_suffixes=upload_suffixes(demo)))
+                                                     upload_suffixes=upload_suffixes(demo),
+                                                     forwarded=ForwardedTrust(tuple(proxies))))
+    os.environ["FORWARDED_ALLOW_IPS"] = ""  # uvicorn believes no forwarding header; the guard decides
     demo.queue(default_concurrency_limit=4, max_size=64).launch(
         server_name=host, server_port=port, auth=auth, show_error=False, quiet=quiet, ssr_mode=False,
         footer_links=["api"], pwa=False, mcp_server=False, css_paths=css_paths(), theme=gr.themes.Default(),

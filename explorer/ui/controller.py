@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from explorer.errors import ExplorerError, hide_paths, public_message
+from explorer.errors import ExplorerError, check_text, hide_paths, public_message
 from explorer.forks import ForkPlan
 from explorer.journal import RunJournal
 from explorer.methods.base import run_question
@@ -39,6 +39,12 @@ log = logging.getLogger("explorer.ui")
 REFRESH = 0.2
 
 
+def given_name(spec: str) -> str:
+    """A model or corpus as visitors may see it: its name, or a path's last part (``/srv/x.jsonl`` -> ``x.jsonl``)."""
+    spec = str(spec).strip()
+    return spec.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1] or spec
+
+
 class RuntimeHolder:
     """Loads the model and corpus once, in the background or on first use, and says how far it got.
 
@@ -51,7 +57,8 @@ class RuntimeHolder:
     def __init__(self, factory: Callable[[], Runtime], describe: str,
                  warm: Callable[[Runtime], None] | None = None) -> None:
         self._factory = factory
-        self.describe = describe
+        # Shown to every visitor (the status line, /status): never a folder of the server.
+        self.describe = hide_paths(describe) or describe
         self._warm = warm
         self._lock = threading.Lock()
         self._runtime: Runtime | None = None
@@ -194,6 +201,7 @@ class RunController:
         question = (question or "").strip()
         if not question:
             raise ExplorerError("the question is empty", where="question", fix="type a question or pick one")
+        check_text(question, "question")
         if self.store.readonly:
             raise ExplorerError("the run database is read-only, so runs cannot be stored; stored runs can still be "
                                 "opened", where="run database",

@@ -14,7 +14,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from explorer.errors import ConfigError, ExplorerError, json_problem
+from explorer.errors import ConfigError, ExplorerError, check_text, json_problem, parse_json
 from explorer.forks import ForkChange, ForkPlan, ForkPoint, parse_at, resolve
 from explorer.forks.plan import RETRIEVAL_CHANGES, TOKEN_CHANGES
 from explorer.forks.run import check_forkable
@@ -205,7 +205,7 @@ def parse_params(text: Any) -> dict[str, Any]:
 def _json(text: str, what: str, where: str, expected: type | tuple[type, ...], example: str) -> Any:
     """``text`` parsed as JSON of the ``expected`` type, or a ConfigError saying what was wrong and what to give."""
     try:
-        value = json.loads(text)
+        value = parse_json(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{what} not valid JSON ({json_problem(exc)})", where=where, fix=f"give {example}") from None
     if not isinstance(value, expected):
@@ -258,7 +258,7 @@ def change_of(change: Any, *, query: str | None = None, params: Any = None, pass
     if query is not None and str(query).strip() and d.get("query") is None:
         d["query"] = str(query).strip()
     if isinstance(d.get("query"), str):
-        d["query"] = d["query"].strip() or None
+        d["query"] = check_text(d["query"], "query").strip() or None
     given = parse_params(d.get("params") if d.get("params") is not None else params)
     d["params"] = given
     listed = parse_passages(d.get("passages") if d.get("passages") is not None else passages)
@@ -272,7 +272,7 @@ def plan_from_request(data: Any) -> ForkPlan:
     """A plan from the page's request: JSON ``{"run_id", "at": {...}, "change": {...}}``."""
     if isinstance(data, str):
         try:
-            data = json.loads(data or "{}")
+            data = parse_json(data or "{}")
         except json.JSONDecodeError as exc:
             raise ExplorerError(f"the fork request is not valid JSON ({json_problem(exc)})", where="fork",
                                 fix="open the menu on a token or retrieval card again") from None

@@ -9,11 +9,27 @@ schemas, and password guessing.
   policy lives.
 * ``/openapi.json``, ``/docs`` and ``/redoc`` list every route of the server: closed. (Gradio's
   own API page for ``gradio_client`` stays, behind the login when there is one.)
+* Gradio answers every error of its synchronous API routes (``/gradio_api/run/NAME``,
+  ``/gradio_api/api/NAME``) with 500. The endpoints title their errors (:data:`BAD_REQUEST`,
+  :data:`NOT_FOUND`), and the guard gives those answers the status they mean: 400 and 404; only a
+  server fault stays 500.
+* With a login, nothing answers before signing in but the login page itself: the page (``/``,
+  which then holds only the login form), the compiled Gradio frontend and fonts it loads
+  (``/assets/...``, ``/static/...``, the same files in every Gradio install), the stock theme's
+  stylesheet (``/theme.css``) and the form's target (``POST /login``). Every other route, present
+  or added by a later Gradio, answers 401 until the browser holds a session (:data:`PUBLIC_ROUTES`,
+  :func:`signed_in`). Gradio's own start-up call (``/gradio_api/startup-events``, made once by
+  ``launch``) passes until the app has started.
 * With a login, each client address gets :data:`FREE_ATTEMPTS` wrong passwords; after that it
   must wait before the next try, twice as long after each further failure (1 s, 2 s, 4 s, ...
   up to five minutes), and gets ``429 Too Many Requests`` with ``Retry-After`` meanwhile. A
-  correct password resets the count. Behind a reverse proxy every client shares the proxy's
-  address, so the backoff then applies to all of them together, never to none.
+  correct password resets the count.
+* The client address is the connection's peer. ``X-Forwarded-For`` (and the other forwarding
+  headers) count only when the peer is a proxy the operator named (:class:`ForwardedTrust`,
+  ``--forwarded-allow-ips``); from anyone else they are dropped, so a client cannot pick its own
+  throttle count by sending a new address with each guess. Behind an unnamed reverse proxy every
+  client shares the proxy's address, so the backoff then applies to all of them together, never
+  to none.
 """
 
 from __future__ import annotations
@@ -27,6 +43,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from explorer.ui.forwarding import ForwardedTrust, apply_forwarding
+
 FREE_ATTEMPTS = 5
 BASE_DELAY = 1.0
 MAX_DELAY = 300.0
@@ -37,6 +55,15 @@ UPLOAD_ROUTES = ("/gradio_api/upload", "/gradio_api/process_recording", "/upload
 UPLOAD_PREFIXES = ("/gradio_api/stream/",)  # streamed media inputs (webcam, microphone)
 SCHEMA_ROUTES = ("/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc", "/gradio_api/docs")
 LOGIN_ROUTES = ("/login", "/gradio_api/login")
+SYNC_API_PREFIXES = ("/gradio_api/run/", "/gradio_api/api/")
+#: Under a login, the routes that answer before signing in (the login page and what it loads), by method.
+PUBLIC_ROUTES = {"/": ("GET", "HEAD"), "/theme.css": ("GET",)}
+PUBLIC_PREFIXES = ("/assets/", "/static/")
+STARTUP_ROUTE = "/gradio_api/startup-events"
+
+#: Titles of the API's error answers, and the HTTP status each stands for on the synchronous routes.
+BAD_REQUEST, NOT_FOUND, SERVER_ERROR = "Invalid request", "Not found", "Server error"
+ERROR_STATUS = {BAD_REQUEST: 400, NOT_FOUND: 404, SERVER_ERROR: 500}
 
 #: Components through which a browser sends files to the server.
 UPLOAD_COMPONENTS = ("File", "Files", "UploadButton", "Image", "ImageEditor", "Sketchpad", "Paint", "Audio", "Video",
@@ -118,6 +145,8 @@ class GuardSettings:
     login: bool = False
     #: With uploads on: the file-name endings accepted (None: any).
     upload_suffixes: tuple[str, ...] | None = None
+    #: Proxies whose forwarding headers name the client (none by default).
+    forwarded: ForwardedTrust = ForwardedTrust()
 
 
 def _path(scope: Scope) -> str:
@@ -136,6 +165,62 @@ async def _refuse(send: Send, status: int, detail: str, headers: list[tuple[byte
     await send({"type": "http.response.body", "body": body})
 
 
+def error_status(send: Send) -> Send:
+    """``send`` for a synchronous API call: a 500 answer is held until its body is read, then sent with
+    the status its error title stands for (:data:`ERROR_STATUS`)."""
+    held: list[dict[str, Any]] = []
+    body: list[bytes] = []
+
+    async def relay(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start" and message.get("status") == 500:
+            held.append(message)
+            return
+        if not held or message["type"] != "http.response.body":
+            await send(message)
+            return
+        body.append(message.get("body", b""))
+        if message.get("more_body"):
+            return
+        whole = b"".join(body)
+        try:
+            answer = json.loads(whole)
+        except ValueError:
+            answer = None
+        title = answer.get("title") if isinstance(answer, dict) else None
+        await send({**held[0], "status": ERROR_STATUS.get(str(title), 500)})
+        await send({"type": "http.response.body", "body": whole})
+
+    return relay
+
+
+def public(path: str, method: str) -> bool:
+    """Whether a request may be answered without a session when the app has a login."""
+    if path in PUBLIC_ROUTES:
+        return method in PUBLIC_ROUTES[path]
+    if path in LOGIN_ROUTES:
+        return method == "POST"
+    return method in ("GET", "HEAD") and path.startswith(PUBLIC_PREFIXES)
+
+
+def signed_in(scope: Scope) -> bool:
+    """Whether the request carries a session cookie the Gradio app issued at a login (fails closed)."""
+    from starlette.requests import cookie_parser
+
+    app = scope.get("app")
+    tokens, cookie_id = getattr(app, "tokens", None), getattr(app, "cookie_id", None)
+    if not isinstance(tokens, dict) or not cookie_id:
+        return False
+    header = b"; ".join(v for k, v in scope.get("headers") or [] if k == b"cookie").decode("latin-1")
+    cookies = cookie_parser(header) if header else {}
+    token = cookies.get(f"access-token-{cookie_id}") or cookies.get(f"access-token-unsecure-{cookie_id}")
+    return token is not None and tokens.get(token) is not None
+
+
+def _starting(scope: Scope, path: str) -> bool:
+    """Gradio's launch calls its start-up route once itself; until then it must pass."""
+    return path == STARTUP_ROUTE and getattr(scope.get("app"), "startup_events_triggered", True) is False
+
+
 class Guard:
     """ASGI middleware applying :class:`GuardSettings` in front of the Gradio app."""
 
@@ -146,10 +231,17 @@ class Guard:
         self.throttle = throttle or LoginThrottle()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope.get("type") != "http":
+        if scope.get("type") not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
+        scope = apply_forwarding(scope, self.settings.forwarded)
         path, method = _path(scope), scope.get("method", "GET")
+        if scope.get("type") != "http":
+            if self.settings.login and not signed_in(scope):
+                await send({"type": "websocket.close", "code": 1008})
+                return
+            await self.app(scope, receive, send)
+            return
         if path in SCHEMA_ROUTES:
             await _refuse(send, 404, "not found")
             return
@@ -157,12 +249,18 @@ class Guard:
                 path in UPLOAD_ROUTES or path.startswith(UPLOAD_PREFIXES)):
             await _refuse(send, 403, "this app takes no file uploads")
             return
+        if method == "POST" and self.settings.login and path in LOGIN_ROUTES:
+            await self._login(scope, receive, send)
+            return
+        if self.settings.login and not public(path, method) and not _starting(scope, path) and not signed_in(scope):
+            await _refuse(send, 401, "sign in first: this server requires a login (open its page to sign in)")
+            return
         if (method == "POST" and self.settings.uploads and self.settings.upload_suffixes
                 and (path in UPLOAD_ROUTES or path.startswith(UPLOAD_PREFIXES))):
             await self._upload(scope, receive, send, self.settings.upload_suffixes)
             return
-        if method == "POST" and self.settings.login and path in LOGIN_ROUTES:
-            await self._login(scope, receive, send)
+        if method == "POST" and path.startswith(SYNC_API_PREFIXES):
+            await self.app(scope, receive, error_status(send))
             return
         await self.app(scope, receive, send)
 

@@ -121,6 +121,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "all-MiniLM-L6-v2; env EXPLORER_EMBEDDER)")
     parser.add_argument("--auth", default=os.environ.get("EXPLORER_AUTH") or None, metavar="USER:PASSWORD",
                         help="require this login (env EXPLORER_AUTH; recommended whenever --host is not 127.0.0.1)")
+    parser.add_argument("--forwarded-allow-ips", default=os.environ.get("EXPLORER_FORWARDED_ALLOW_IPS", ""),
+                        metavar="ADDRESSES",
+                        help="reverse proxies (addresses or networks, comma-separated) whose X-Forwarded-For header "
+                             "names the client; from any other peer it is ignored (env EXPLORER_FORWARDED_ALLOW_IPS; "
+                             "default: none)")
     parser.add_argument("--lazy", action="store_true", help="load the model on the first run instead of at start")
     parser.add_argument("--no-prefix-cache", dest="prefix_cache", action="store_false",
                         default=os.environ.get("EXPLORER_PREFIX_CACHE", "1") != "0",
@@ -139,6 +144,19 @@ def parse_auth(text: str | None) -> tuple[str, str] | None:
     return user, password
 
 
+def parse_proxies(text: str | None) -> tuple:
+    """The proxies of ``--forwarded-allow-ips``, refused with the bad entry named."""
+    from explorer.ui.forwarding import parse_proxies as parse
+
+    try:
+        return parse(text)
+    except ValueError as exc:
+        raise ExplorerError(f"not an IP address or network ({exc})", where="--forwarded-allow-ips (or "
+                            "EXPLORER_FORWARDED_ALLOW_IPS)",
+                            fix="name the reverse proxies' addresses, comma-separated, e.g. 127.0.0.1 or "
+                                "10.0.0.0/8, or leave it empty when no proxy is in front") from None
+
+
 def exposure_warning(host: str, auth: tuple[str, str] | None) -> str | None:
     if host in LOOPBACK or auth is not None:
         return None
@@ -153,6 +171,11 @@ def check_model_offline(spec: str) -> None:
     model = embedded_spec(spec)
     if model is None:
         path = Path(spec).expanduser()
+        if path.is_symlink() and not path.exists():
+            from explorer.outputs import missing_reason
+
+            raise ExplorerError(f"the model path {missing_reason(path)}", where="--model",
+                                fix="correct or remove the link, or give the model folder or .gguf file itself")
         if not path.exists():
             from explorer.engine.hub import cached_snapshot
 
@@ -178,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parse_args(argv)
         args.host = check_host(args.host)
         auth = parse_auth(args.auth)
+        proxies = parse_proxies(args.forwarded_allow_ips)
         check_port(args.host, args.port)
         check_model_offline(args.model)
         warning = exposure_warning(args.host, auth)
@@ -193,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.quiet:
             print(f"runs are stored in {args.db}", flush=True)
         try:
-            launch(demo, host=args.host, port=args.port, auth=auth, quiet=args.quiet)
+            launch(demo, host=args.host, port=args.port, auth=auth, quiet=args.quiet, proxies=proxies)
         except OSError as exc:  # the port was taken between the check and the start
             raise port_error(args.host, args.port, exc) from None
     except ExplorerError as exc:

@@ -53,6 +53,7 @@ from explorer.retrieval.embeddings import TextEncoder, get_encoder
 FEATURE_VERSION = 1
 MODEL_DIRNAME = "pair_classifier"
 MANIFEST, WEIGHTS, FEATURIZER = "manifest.json", "weights.safetensors", "featurizer.json"
+CLASSIFIER_FILES = (WEIGHTS, FEATURIZER, MANIFEST)
 STORE_FORMAT = 1
 SHIPPED_DIR = Path(__file__).resolve().parents[2] / "data" / "pair_classifier"
 EMBEDDING_STORE = "training_embeddings.npz"
@@ -695,9 +696,9 @@ def _safetensors_bytes(save_file: Callable[..., None], tensors: dict[str, np.nda
 
 
 def _atomic_bytes(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)  # a reader never sees a half-written file
+    from explorer.outputs import write_file
+
+    write_file(path, data)  # a reader never sees a half-written file; a failed write names it
 
 
 # --------------------------------------------------------------------------------------------
