@@ -140,3 +140,25 @@ def test_own_question_files_are_measured_and_named(tmp_path: Path, monkeypatch: 
     questions_only.write_text('{"question": "Who?", "answer": "x"}\n', encoding="utf-8")
     assert main(["retrieval-metrics", "--dataset", str(questions_only), "--methods", "bm25"]) == 1
     assert "hold no paragraphs" in capsys.readouterr().err
+
+
+def test_paper_columns_beside_another_split_carry_a_caution(tmp_path: Path) -> None:
+    """Filed under the paper's key (hotpotqa=FILE), a train file's recall sits beside dev-split figures: said so."""
+    import json
+
+    from explorer.eval.datasets import resolve_sources
+    from explorer.eval.retrieval_metrics import split_of
+
+    rows = json.dumps([_hotpot("a", "Zorblat"), _hotpot("b", "Quendor"), _hotpot("c", "Vexmoor")])
+    train = tmp_path / "hotpotqa_train_v1.1.json"
+    dev = tmp_path / "dev" / "my_hotpot.json"
+    dev.parent.mkdir()
+    for path in (train, dev):
+        path.write_text(rows, encoding="utf-8")
+    assert [split_of(p) for p in (train, dev, tmp_path / "mine.json")] == ["train", "dev", None]
+    text = render_markdown(measure(tmp_path, sources=resolve_sources([f"hotpotqa={train}"]), methods=["bm25"], ks=[3]))
+    assert ("⚠ Caution: the paper's HotpotQA figures were measured on HotpotQA's dev split; the hotpotqa questions "
+            "here come from the train split (hotpotqa_train_v1.1.json)") in text
+    assert "| paper recall ⚠ | paper given ⚠ |" in text and "64.67" in text  # the figures stay, marked
+    same = render_markdown(measure(tmp_path, sources=resolve_sources([f"hotpotqa={dev}"]), methods=["bm25"], ks=[3]))
+    assert "Caution" not in same and "64.67" in same

@@ -69,6 +69,39 @@ PAPER_TABLE4: dict[tuple[str, int], dict[str, tuple[float, float]]] = {
 }
 
 
+#: The split the paper's table 4 was measured on: questions of each dataset's development set (the
+#: evaluation it follows, Adaptive-RAG's, samples them there); its classifier trained on the train split.
+PAPER_SPLIT = "dev"
+_SPLIT_WORDS = {"train": "train", "training": "train", "dev": "dev", "development": "dev", "validation": "dev",
+                "val": "dev", "valid": "dev", "test": "test", "testing": "test"}
+
+
+def split_of(path: Path) -> str | None:
+    """The split a question file's name says it holds (or its folder's, when the folder is named just so): train,
+    dev or test; None when neither says.
+
+    ``hotpotqa_train_v1.1.json`` -> train, ``musique/dev_100.json`` -> dev, ``validation/q.jsonl`` -> dev."""
+    import re
+
+    found = {_SPLIT_WORDS[w] for w in re.split(r"[^a-z]+", path.name.lower()) if w in _SPLIT_WORDS}
+    if len(found) == 1:
+        return found.pop()
+    return _SPLIT_WORDS.get(path.parent.name.lower()) if not found else None
+
+
+def paper_caution(dataset: str, source: dict[str, Any]) -> str:
+    """A caution for the paper's columns of ``dataset`` when the user's questions come from another split."""
+    if dataset not in {d for d, _ in PAPER_TABLE4} or source.get("named"):
+        return ""
+    split = source.get("split")
+    if split == PAPER_SPLIT:
+        return ""
+    title = DATASET_TITLES.get(dataset, dataset)
+    theirs = (f"the {split} split" if split else "a split its name does not tell") + f" ({Path(source['file']).name})"
+    return (f"Caution: the paper's {title} figures were measured on {title}'s {PAPER_SPLIT} split; the {dataset} "
+            f"questions here come from {theirs}, so the two columns measure different questions.")
+
+
 def row_label(method: str, base: str) -> str:
     """The key of a table row: ``bm25``/``sm``/``hybrid`` alone, a DR-RAG strategy with its base (``cfs:dense``)."""
     return method if method in TOP_K else f"{method}:{base}"
@@ -282,7 +315,8 @@ def measure(data_dir: Path, *, methods: Sequence[str] = DEFAULT_METHODS, ks: Seq
     report = Report(corpus={"paragraphs": describe["documents"], "passages": describe["passages"]}, ks=tuple(ks),
                     k2=k2, counts=dict(Counter(i.dataset for i in items)), blend_k=blend_k, bases=tuple(bases),
                     sources={s.label: {"title": DATASET_TITLES.get(s.label, s.label) if s.named else s.label,
-                                       "file": str(s.path), "format": s.format} for s in sources})
+                                       "file": str(s.path), "format": s.format, "named": s.named,
+                                       "split": PAPER_SPLIT if s.named else split_of(s.path)} for s in sources})
     for name, r in retrievers.items():
         d = r.describe()  # type: ignore[attr-defined]
         report.retrievers[name] = {k: d.get(k) for k in ("retriever", "embedder", "index_type", "index_fingerprint",
@@ -459,12 +493,16 @@ def _strategy_tables(report: Report) -> list[str]:
     lines: list[str] = []
     if not labels:
         return lines
-    head = "| k | strategy | " + " | ".join(f"{report.title(d)} recall | given | paper recall | paper given"
-                                            for d in datasets) + " |"
+    cautions = {d: paper_caution(d, report.sources.get(d, {})) for d in datasets}
+    mark = {d: " ⚠" if cautions[d] else "" for d in datasets}
+    head = "| k | strategy | " + " | ".join(f"{report.title(d)} recall | given | paper recall{mark[d]} | paper "
+                                            f"given{mark[d]}" for d in datasets) + " |"
     lines += ["## DR-RAG retrieval strategies beside the paper's table 4", "",
-              "The paper's columns are its Table 4 (its own corpus and retrievers; QDC, CIS and CFS there are "
-              "built on SM). Compare rows of the same base retriever.", "", head,
-              "|" + "---|" * (2 + 4 * len(datasets))]
+              f"The paper's columns are its Table 4 (its own corpus and retrievers, on each dataset's "
+              f"{PAPER_SPLIT} split; QDC, CIS and CFS there are built on SM). Compare rows of the same base "
+              "retriever.", ""]
+    lines += [f"⚠ {c}" for c in cautions.values() if c]
+    lines += ([""] if any(cautions.values()) else []) + [head, "|" + "---|" * (2 + 4 * len(datasets))]
     for k in report.ks:
         for label in labels:
             cells = []
