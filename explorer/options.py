@@ -12,7 +12,7 @@ keyword arguments of the loaders are named.
 
 Knobs: ``dataset_format`` (a question file's format), ``dataset`` (where a dataset name or file is
 given), ``add_dataset`` (a question source added to a stored evaluation), ``data_dir`` (the
-benchmark data folder), ``corpus_format`` (a corpus file's format),
+benchmark data folder), ``corpus`` (the corpus searched), ``corpus_format`` (a corpus file's format),
 ``classifier`` (a pair-classifier file), ``name`` (an evaluation's name), ``limit`` (how many
 questions), ``benchmark_data`` (the data folder the benchmark corpus is built from).
 """
@@ -27,6 +27,7 @@ PYTHON_NAMES: dict[str, str] = {
     "dataset_format": "fmt=",
     "dataset": "path=",
     "add_dataset": "add_datasets=",
+    "corpus": "corpus=",
     "data_dir": "data_dir=",
     "corpus_format": "fmt=",
     "classifier": "classifier_path=",

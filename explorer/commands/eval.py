@@ -20,7 +20,7 @@ DATASET_HELP = ("benchmark names (hotpotqa, musique, 2wiki, nq, strategyqa, demo
                 ".csv, .tsv; format detected), comma-separated or repeated; NAME=PATH files a file under NAME")
 # What the options are called on eval and sweep, for messages that suggest one (explorer.options).
 RUN_HINTS = {"dataset_format": "--format", "dataset": "--dataset", "add_dataset": "--add-dataset", "data_dir": "--data",
-             "name": "--name"}
+             "name": "--name", "corpus": "--corpus"}
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:

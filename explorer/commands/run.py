@@ -81,6 +81,9 @@ def check_before_loading(args: argparse.Namespace):
     if not (args.question or "").strip():
         raise ExplorerError("the question is empty", where="--question", fix='give the question, e.g. --question "Who '
                                                                               'wrote Hamlet?"')
+    from explorer.methods.fit import check_before_loading as check_model
+
+    check_model([(args.method, args.variant)], args.model, args.attn)  # --attn flash..., a Mamba folder
     from explorer.retrieval.corpora import NAMED_CORPORA, resolve_corpus_path
 
     if args.corpus not in NAMED_CORPORA:

@@ -426,6 +426,10 @@ def run_evaluation(settings: EvalSettings, store: Any, *, runtime: Runtime | Non
     say = progress or (lambda m: print(m, file=sys.stderr, flush=True))
     if not settings.arms:
         raise ConfigError("no methods to run", where="--methods", fix="give one or more methods")
+    if runtime is None:  # a method the model set-up cannot serve is refused before a model loads
+        from explorer.methods.fit import check_before_loading
+
+        check_before_loading([(a.method, a.variant) for a in settings.arms], settings.model, settings.attn)
     executor = _executor(settings, runtime, cluster, say)
     with EvaluationLock(store.path, settings.name) as lock:
         note = lock.stale_note()

@@ -71,6 +71,8 @@ def reference_word_scores(token_texts: list[str], special: list[bool], entropies
 
 @register
 class Dragin(Method, name="dragin", title="DRAGIN (RIND + QFS)", config=DraginConfig, variants=("paper", "reference")):
+    needs = ("attention_weights",)  # amax and RIND read the last attention layer, QFS its row of the trigger
+
     def run(self, question: str, rec: TraceRecorder) -> None:
         if self.variant == "paper":
             text, hits = self._run_paper(question, rec)
