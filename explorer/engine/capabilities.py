@@ -39,6 +39,18 @@ def family_kind(config: Any) -> str:
     return "hybrid" if layers else "state-space"
 
 
+def cache_argument(model: Any) -> str:
+    """The keyword under which the model's forward takes its cache: ``past_key_values``, or ``cache_params`` for
+    the Mamba families (which would otherwise ignore the cache and see only the newest token)."""
+    import inspect
+
+    try:
+        names = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return "past_key_values"
+    return "cache_params" if "cache_params" in names and "past_key_values" not in names else "past_key_values"
+
+
 def holds_recurrent_state(cache: Any) -> bool:
     """Whether a cache has a layer with a recurrent (state-space or linear-attention) state, which cannot be cut
     back to an earlier position or repeated per row with the key/value cache's own methods."""
