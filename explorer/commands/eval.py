@@ -14,7 +14,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from explorer.cli import MODEL_HELP, add_attn_option
+from explorer.cli import MODEL_HELP, add_attn_option, add_threads_option
 
 DATASET_HELP = ("benchmark names (hotpotqa, musique, 2wiki, nq, strategyqa, demo) or question files (.json, .jsonl, "
                 ".csv, .tsv; format detected), comma-separated or repeated; NAME=PATH files a file under NAME")
@@ -39,6 +39,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default=None, help="cpu (default; cuda with --worker-gpus), cuda, cuda:N or mps")
     parser.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or float16")
     add_attn_option(parser)
+    add_threads_option(parser)
     parser.add_argument("--name", default=None, help="evaluation name (default: from datasets, limit, model, corpus)")
     parser.add_argument("--db", default=None, help="run database (default: the app's run database, EXPLORER_DB)")
     parser.add_argument("--data", default=None, help="benchmark data folder for benchmark names (default: "
