@@ -281,6 +281,7 @@ class Checkpoint:
             return
         if self.path.is_file():
             lines = self.path.read_text(encoding="utf-8").splitlines()
+            head: dict[str, Any] = {}
             try:
                 head = json.loads(lines[0]) if lines else {}
                 for line in lines[1:]:
@@ -288,7 +289,7 @@ class Checkpoint:
                     self.done[record.pop("key")] = record
             except (ValueError, KeyError, AttributeError):  # a line cut by the stop: keep what parsed
                 pass
-            if head.get("key") == key and head.get("version") == CHECKPOINT_VERSION:
+            if isinstance(head, dict) and head.get("key") == key and head.get("version") == CHECKPOINT_VERSION:
                 say(f"resuming: {len(self.done)} measurements kept in {self.path}")
             else:
                 self.done = {}
