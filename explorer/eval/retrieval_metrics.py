@@ -282,13 +282,15 @@ class Checkpoint:
         if self.path.is_file():
             lines = self.path.read_text(encoding="utf-8").splitlines()
             head: dict[str, Any] = {}
-            try:
-                head = json.loads(lines[0]) if lines else {}
-                for line in lines[1:]:
+            for n, line in enumerate(lines):
+                try:
                     record = json.loads(line)
-                    self.done[record.pop("key")] = record
-            except (ValueError, KeyError, AttributeError):  # a line cut by the stop: keep what parsed
-                pass
+                    if n == 0:
+                        head = record
+                    else:
+                        self.done[record.pop("key")] = record
+                except (ValueError, KeyError, AttributeError, TypeError):  # a line cut by a kill: skipped
+                    continue
             if isinstance(head, dict) and head.get("key") == key and head.get("version") == CHECKPOINT_VERSION:
                 say(f"resuming: {len(self.done)} measurements kept in {self.path}")
             else:
