@@ -2,9 +2,9 @@
 
 torch starts one intra-op thread per physical core. On a machine shared with other jobs that is
 the wrong number: when the cores are busy, every matrix product waits for its slowest thread,
-and the threads of several processes fight for the same cores (``retrieval-metrics`` embedding
-a pool at load 13-27 on a 32-core machine ran ten times slower than with one thread). So the
-commands that compute choose the count at start:
+and the threads of several processes fight for the same cores (BENCHMARKS.md measures
+``retrieval-metrics`` both ways on a loaded machine). So the commands that compute choose the
+count at start:
 
     threads = max(1, min(cores, torch's own default, floor(cores - load)))
 
