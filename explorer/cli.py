@@ -48,14 +48,19 @@ def add_threads_option(parser: argparse.ArgumentParser) -> None:
                              "average; OMP_NUM_THREADS also sets it)")
 
 
-def _set_threads(args: argparse.Namespace) -> None:
+def _set_threads(args: argparse.Namespace) -> int:
     """Apply ``--threads`` (or the automatic choice) before a computing command starts; say so when the machine is
-    busy enough for the choice to matter."""
+    busy enough for the choice to matter. Returns the count before, which :func:`main` puts back afterwards (a
+    caller that runs commands in-process keeps its own setting)."""
+    import torch
+
     from explorer.threads import apply_threads, torch_default
 
+    before = torch.get_num_threads()
     choice = apply_threads(args.threads)
     if choice.how != "automatic" or choice.threads < torch_default():
         print(choice.describe(), file=sys.stderr, flush=True)
+    return before
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,9 +85,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # Library messages name only the options this command has (explorer.options).
         with options.using(getattr(args, "hints", {})):
-            if hasattr(args, "threads"):
-                _set_threads(args)
-            return int(args.handler(args) or 0)
+            threads_before = _set_threads(args) if hasattr(args, "threads") else None
+            try:
+                return int(args.handler(args) or 0)
+            finally:
+                if threads_before is not None:
+                    import torch
+
+                    torch.set_num_threads(threads_before)
     except ExplorerError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 1

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from explorer import cli
-from explorer.threads import automatic_threads, choose_threads, usable_cores
+from explorer.threads import apply_threads, automatic_threads, choose_threads, usable_cores
 
 
 @pytest.mark.parametrize("cores,load,ceiling,expected", [
@@ -29,10 +29,13 @@ def test_the_users_choice_wins_and_a_command_applies_it(monkeypatch: pytest.Monk
         auto = choose_threads()
         assert auto.how == "automatic" and 1 <= auto.threads <= usable_cores() and auto.load is not None
         assert choose_threads(3).threads == 3 and choose_threads(3).how == "--threads"
+        assert apply_threads(3).threads == 3 and torch.get_num_threads() == 3
         monkeypatch.setenv("OMP_NUM_THREADS", "1")
         assert (choose_threads().threads, choose_threads().how) == (1, "OMP_NUM_THREADS")
+        torch.set_num_threads(1)
         assert cli.main(["retrieve", "--corpus", "demo", "-k", "1", "--threads", "2", "Lewiston arena"]) == 0
-        assert torch.get_num_threads() == 2 and "2 torch threads (--threads)" in capsys.readouterr().err
+        assert "2 torch threads (--threads)" in capsys.readouterr().err
+        assert torch.get_num_threads() == 1  # an in-process caller keeps its own setting afterwards
         with pytest.raises(SystemExit):
             cli.main(["retrieval-metrics", "--threads", "0"])
         assert "give at least 1 thread, or auto" in capsys.readouterr().err
