@@ -4,7 +4,8 @@ For each family (a tiny random model from its config, as in tests/test_architect
 backend, the script loads the model, generates with every signal after a prompt longer than any
 sliding window, and compares entropy and amax with one full eager forward pass
 (``output_attentions=True``), then runs DRAGIN (paper) and DR-RAG (model as judge) on one
-question. A backend the family refuses is reported with the error the user sees. "no weights"
+question (and, on the families with recurrent state-space layers, SEAKR and FLARE, whose sampling and
+replays are what such caches break). A backend the family refuses is reported with the error the user sees. "no weights"
 stands in for flash attention: a kernel registered with transformers' AttentionInterface that
 runs sdpa and returns no attention weights, as flash attention does.
 
@@ -21,7 +22,7 @@ import torch
 
 from benchmarks.common import cpu_name, write_result
 from explorer.engine.generation import Engine
-from explorer.engine.tiny import ARCHITECTURES, tiny_model
+from explorer.engine.tiny import ARCHITECTURES, RECURRENT, tiny_model
 from explorer.errors import ExplorerError
 from explorer.methods.base import run_question
 from explorer.runtime import Runtime
@@ -32,6 +33,7 @@ PROMPT = ("Question: Who lived longer, Alejandro Jodorowsky or Philip Saville? T
           "by step.\nAnswer:")
 QUESTION = "Who lived longer, Alejandro Jodorowsky or Philip Saville?"
 SHORT = {"max_length": 12, "fewshot": 1, "answer_tokens": 4}
+SEAKR = {**SHORT, "k": 3, "max_steps": 2, "step_tokens": 6, "candidates": 2, "compare_estimators": False}
 
 
 def _register_weightless() -> None:
@@ -48,18 +50,21 @@ def _register_weightless() -> None:
 
 
 def _errors(arch: str, engine: Engine, tokenizer) -> tuple[float, float]:
-    """Largest entropy (relative) and amax (absolute) error against one full eager pass."""
-    gen = engine.generate(PROMPT, max_new_tokens=12)
+    """Largest entropy (relative) and amax (absolute) error against one full eager pass (amax 0 without attention)."""
+    gen = engine.generate(PROMPT, max_new_tokens=12, attention=engine.probe.has_attention)
     reference = tiny_model(arch, seed=7, attn_implementation="eager", tokenizer=tokenizer)
     p, n = len(gen.prompt_ids), len(gen.ids)
     with torch.inference_mode():
         out = reference.model(input_ids=torch.tensor([gen.prompt_ids + gen.ids]), output_attentions=True)
-    attn = out.attentions[-1][0].float().mean(0)
+    attentions = getattr(out, "attentions", None)
+    attn = attentions[-1][0].float().mean(0) if attentions else None
     d_entropy = d_amax = 0.0
     for i, token in enumerate(gen.tokens):
         logp = torch.log_softmax(out.logits[0, p - 1 + i].float(), dim=-1)
         expected = float(-(logp.exp() * logp).sum())
         d_entropy = max(d_entropy, abs(token.entropy - expected) / expected)
+        if attn is None:
+            continue
         later = [float(attn[p + j, p + i]) for j in range(i + 1, n)]
         if later:
             if token.amax is None:
@@ -79,6 +84,17 @@ def _cell(arch: str, attn: str, tokenizer, retriever) -> str:
     chosen = lm.attn_implementation if attn == "auto" else ""
     drrag = run_question("drrag", QUESTION, runtime, config={**SHORT, "judge": "llm", "k": 2, "k1": 1, "k2": 2})
     dragin = run_question("dragin", QUESTION, runtime, config={**SHORT, "max_rounds": 2})
+    if arch in RECURRENT:  # SEAKR's batched sampling and FLARE over a cache with recurrent state
+        extra = [run_question("seakr", QUESTION, runtime, config=SEAKR), run_question("flare", QUESTION, runtime,
+                                                                                      config=SHORT)]
+        if any(t.status != "complete" for t in extra):
+            return "✗ " + "; ".join(f"{t.method}: {t.error}" for t in extra if t.status != "complete")[:80]
+    if not engine.probe.has_attention:
+        d_entropy, _ = _errors(arch, engine, tokenizer)
+        ok = (d_entropy <= 1e-5 and drrag.status == "complete" and dragin.status == "error"
+              and "no attention layer" in (dragin.error or ""))
+        return (f"{chosen + ': ' if chosen else ''}no attention layer: FLARE, SEAKR (residual stream), DR-RAG run "
+                f"(H {d_entropy:.0e}); DRAGIN refused with the fix" + ("" if ok else " (UNEXPECTED)"))
     if not engine.probe.readable:
         ok = drrag.status == "complete" and dragin.status == "error" and "--attn auto" in (dragin.error or "")
         return (f"{chosen + ': ' if chosen else ''}no attention signals; DR-RAG runs, DRAGIN stops with "

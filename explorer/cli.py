@@ -30,6 +30,40 @@ def add_attn_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--attn", default=default_attn(), metavar="BACKEND", help=ATTN_HELP)
 
 
+def _thread_count(text: str) -> int | None:
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of threads") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("give at least 1 thread, or auto")
+    return value
+
+
+def add_threads_option(parser: argparse.ArgumentParser) -> None:
+    """``--threads``, on every command that computes with torch (explorer.threads chooses when it is left out)."""
+    parser.add_argument("--threads", type=_thread_count, default=None, metavar="N|auto",
+                        help="torch threads (default auto: the cores free now, from the CPU affinity and the load "
+                             "average; OMP_NUM_THREADS also sets it)")
+
+
+def _set_threads(args: argparse.Namespace) -> int:
+    """Apply ``--threads`` (or the automatic choice) before a computing command starts; say so when the machine is
+    busy enough for the choice to matter. Returns the count before, which :func:`main` puts back afterwards (a
+    caller that runs commands in-process keeps its own setting)."""
+    import torch
+
+    from explorer.threads import apply_threads, torch_default
+
+    before = torch.get_num_threads()
+    choice = apply_threads(args.threads)
+    if choice.how != "automatic" or choice.threads < torch_default():
+        print(choice.describe(), file=sys.stderr, flush=True)
+    return before
+
+
 def build_parser() -> argparse.ArgumentParser:
     # Installed, the command is `explorer`; from a checkout it is `python -m explorer`.
     prog = "explorer" if Path(sys.argv[0]).name == "explorer" else "python -m explorer"
@@ -62,7 +96,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # Library messages name only the options this command has (explorer.options).
         with options.using(getattr(args, "hints", {})):
-            return int(args.handler(args) or 0)
+            threads_before = _set_threads(args) if hasattr(args, "threads") else None
+            try:
+                return int(args.handler(args) or 0)
+            finally:
+                if threads_before is not None:
+                    import torch
+
+                    torch.set_num_threads(threads_before)
     except ExplorerError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 1

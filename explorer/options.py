@@ -11,7 +11,8 @@ applies them around the handler with :func:`using`. Outside any command (Python 
 keyword arguments of the loaders are named.
 
 Knobs: ``dataset_format`` (a question file's format), ``dataset`` (where a dataset name or file is
-given), ``data_dir`` (the benchmark data folder), ``corpus_format`` (a corpus file's format),
+given), ``add_dataset`` (a question source added to a stored evaluation), ``data_dir`` (the
+benchmark data folder), ``corpus`` (the corpus searched), ``corpus_format`` (a corpus file's format),
 ``classifier`` (a pair-classifier file), ``name`` (an evaluation's name), ``limit`` (how many
 questions), ``benchmark_data`` (the data folder the benchmark corpus is built from).
 """
@@ -25,6 +26,8 @@ from contextvars import ContextVar
 PYTHON_NAMES: dict[str, str] = {
     "dataset_format": "fmt=",
     "dataset": "path=",
+    "add_dataset": "add_datasets=",
+    "corpus": "corpus=",
     "data_dir": "data_dir=",
     "corpus_format": "fmt=",
     "classifier": "classifier_path=",

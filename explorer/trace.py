@@ -89,9 +89,13 @@ def register_event_kind(kind: str, required: tuple[str, ...], doc: str) -> None:
 
 
 def _required_keys(kind: str) -> tuple[str, ...] | None:
-    """The schema of ``kind``, loading the methods (which register their own kinds) when it is not known yet."""
+    """The schema of ``kind``; a kind not registered yet loads the declared modules that register kinds
+    (:mod:`explorer.extensions`: the methods and the fork replay), so a trace read from disk in a
+    fresh process validates its method-specific events without this module importing any method."""
     if kind not in EVENT_SCHEMA:
-        import explorer.methods  # noqa: F401  (each method module registers its event kinds)
+        from explorer import extensions
+
+        extensions.load()
     return EVENT_SCHEMA.get(kind)
 
 

@@ -110,3 +110,19 @@ def test_chunked_attention_signals_match_a_full_forward_pass(chunked_pair) -> No
     assert torch.allclose(row, mean[p + 9, : p + 10], atol=1e-5)
     matrix = engine.attention_matrix(gen.prompt_ids + gen.ids, per_head=True)
     assert torch.allclose(matrix, heads, atol=1e-5)
+
+
+def test_attention_rows_are_the_matrix_rows_without_the_matrix(tiny_lm) -> None:
+    """The reference QFS reads only the last rows of a re-encoded text: computed alone (the text before them through
+    the fast kernel into a cache), they equal the whole matrix's rows, so memory grows with n, not n squared."""
+    from explorer.engine.attention_rows import attention_rows
+    from explorer.engine.generation import Engine
+
+    engine = Engine(tiny_lm)
+    ids = engine.tokenize("Question: Who lived longer, Alejandro Jodorowsky or Philip Saville? The answer is "
+                          "that Philip Saville was born in 1930 and died in 2016.", special=True)
+    whole = engine.attention_matrix(ids)
+    for start in (1, len(ids) // 2, len(ids) - 1):
+        rows = attention_rows(engine, ids, start)
+        assert rows.shape == (len(ids) - start, len(ids))
+        assert torch.allclose(rows, whole[start:], atol=1e-6), start

@@ -140,6 +140,39 @@ def test_embeddings_are_cached_and_rebuilt_when_the_corpus_changes(small_corpus:
     assert repaired.index_built and repaired.search("the coldest continent", 1)[0].passage.id == "p6"
 
 
+def test_the_same_passages_under_another_name_file_and_ids_are_embedded_once(small_corpus: Path,
+                                                                              tmp_path: Path) -> None:
+    """The matrix is keyed by content: a pool written elsewhere by another command, with other ids, reuses it;
+    embedding reports progress batch by batch."""
+    from explorer.retrieval.dense import embed_passages
+
+    encoder = get_encoder()
+    first = DenseRetriever(load_corpus(small_corpus), encoder)
+    assert first.index_built
+    rows = [json.loads(line) for line in small_corpus.read_text(encoding="utf-8").splitlines()]
+    pool = tmp_path / "pool" / "corpus.jsonl"
+    pool.parent.mkdir()
+    pool.write_text("".join(json.dumps({**r, "id": f"hotpotqa_train-{n}"}) + "\n" for n, r in enumerate(rows)),
+                    encoding="utf-8")
+    again = DenseRetriever(load_corpus(pool), encoder)
+    assert again.corpus.name != first.corpus.name and again.corpus.fingerprint != first.corpus.fingerprint
+    assert not again.index_built and again.index_path == first.index_path and again.key == first.key
+    assert again.search("deepest lake in Siberia", 1)[0].passage.id == "hotpotqa_train-0"
+
+    class Counting:  # the real encoder, counting the texts of each call
+        def __init__(self) -> None:
+            self.calls: list[int] = []
+            self.dim = encoder.dim
+
+        def encode_passages(self, texts, *, batch_size: int = 64):
+            self.calls.append(len(texts))
+            return encoder.encode_passages(texts, batch_size=batch_size)
+
+    counting = Counting()
+    matrix = embed_passages(again.corpus.passages, counting, batch_size=2)  # type: ignore[arg-type]
+    assert counting.calls == [2, 2, 2] and np.allclose(matrix, first.matrix, atol=1e-5)
+
+
 def test_the_cache_follows_the_model_files(small_corpus: Path, tmp_path: Path) -> None:
     copy = tmp_path / "encoder-copy"
     shutil.copytree(encoder_path(), copy)

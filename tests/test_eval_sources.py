@@ -67,7 +67,8 @@ def test_an_evaluation_over_a_question_only_file_names_it(tiny_lm, demo_retrieve
     assert stored["demo"]["format"] == "demo"
     assert {row["dataset"] for row in store.list(evaluation="mine")} == {"bamboogle", "demo"}
     report = report_markdown(store, "mine")
-    assert f"bamboogle: first 2 of {mine} (question-only format, detected)" in report
+    assert f"bamboogle: the first 2 questions, run by every method, from {mine} (question-only format, detected)" \
+        in report
     assert "| bamboogle EM |" in report and "2WikiMultihopQA" not in report
 
 
@@ -109,6 +110,50 @@ def test_resume_on_other_questions_is_refused(tiny_lm, demo_retriever, tmp_path:
     with pytest.raises(ExplorerError, match="it read .* as question-only, this run reads it as NQ-open"):
         run_evaluation(as_nq, store, runtime=runtime, show_progress=False)
     assert store.evaluation("e")["runs"] == {"complete": 2}  # nothing was added or lost
+
+
+def test_another_source_joins_an_evaluation_only_when_added_and_the_header_counts_stored_runs(
+        tiny_lm, demo_retriever, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A source the evaluation does not have is refused (naming it and --add-dataset), not merged; the
+    header's question counts and status come from the stored runs after an added source, an interrupted
+    run and a smaller --limit."""
+    store = RunStore(tmp_path / "runs.sqlite")
+    runtime = tiny_runtime(tiny_lm, demo_retriever)
+    rows = demo_rows(8)
+    train = write_jsonl(tmp_path / "hotpotqa_train.jsonl", rows[:6])
+    other = write_jsonl(tmp_path / "musique_train.jsonl", rows[6:8])
+    bamboo = write_jsonl(tmp_path / "bamboogle.jsonl", rows[2:4])
+    run_evaluation(settings("held", [str(train)], limit=2), store, runtime=runtime, show_progress=False)
+    code = main(["eval", "--dataset", f"{other},{bamboo}", "--name", "held", "--methods", "wo", "--limit", "2",
+                 "--corpus", "demo", "--db", str(store.path), "--quiet", *[x for s in SMALL for x in ("--set", s)]])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err
+    assert "holds the questions of hotpotqa_train (hotpotqa_train.jsonl)" in err
+    assert "musique_train (musique_train.jsonl), bamboogle (bamboogle.jsonl) are not among its question sources" in err
+    assert f"--add-dataset {other},{bamboo}" in err and "--name NEW_NAME" in err
+    assert set(store.evaluation("held")["settings"]["datasets"]) == {"hotpotqa_train"}
+    assert {r["dataset"] for r in store.list(evaluation="held")} == {"hotpotqa_train"}
+
+    added = settings("held", [str(train)], limit=2)
+    added.add_datasets = [str(other)]
+    result = run_evaluation(added, store, runtime=runtime, show_progress=False)
+    assert (result.ran, result.skipped) == (2, 2)
+    assert set(store.evaluation("held")["settings"]["datasets"]) == {"hotpotqa_train", "musique_train"}
+
+    def stop_after_one(trace) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):  # a larger request stopped after one more question
+        run_evaluation(settings("held", [str(train)], limit=5), store, runtime=runtime, on_run=stop_after_one,
+                       show_progress=False)
+    smaller = run_evaluation(settings("held", [str(train)], limit=2), store, runtime=runtime, show_progress=False)
+    assert (smaller.ran, smaller.status) == (0, "complete")  # the smaller request itself is done...
+    header = report_markdown(store, "held").split("### ")[0]
+    # ...but the evaluation holds 3 of the 5 questions once asked for: the header says so, not "complete"
+    assert "- status: incomplete: 5 of 7 runs stored; the same command resumes it" in header
+    assert f"hotpotqa_train: 3 of the first 5 questions run by every method, from {train}" in header
+    assert f"musique_train: the first 2 questions, run by every method, from {other}" in header
+    assert "first 15" not in header and "status: complete" not in header
 
 
 # --- the lock --------------------------------------------------------------------------------------

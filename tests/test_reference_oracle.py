@@ -19,8 +19,9 @@ import pytest
 from explorer.engine.generation import Engine
 from explorer.engine.language import get_language
 from explorer.engine.signals import merge_words
-from explorer.methods import prompts
+from explorer.methods import common, prompts
 from explorer.methods import reference_rules as rules
+from explorer.methods.dragin import qfs
 from explorer.methods.dragin.method import reference_word_scores
 from tests import reference_oracle as oracle
 
@@ -61,6 +62,10 @@ def compare_dragin(engine: Engine, model, question: str, rec: oracle.Recording, 
                                    len(decision.word_texts), decision.hits, 35, rules.real_words(all_text, lang))
     assert found.query == oracle.keep_real_words(engine.tokenizer, ids, attention, all_text, expected.curr_words,
                                                  expected.curr_hit, 35)
+    # The method computes only the sentence's attention rows (memory linear in the text): same query.
+    made = qfs.reference_query(engine, question + " " + "" + " " + decision.kept_text, decision.word_texts,
+                               decision.hits, 35)
+    assert made.query == common.truncate_query(engine, found.query, 64)
     return True
 
 

@@ -212,3 +212,29 @@ def test_config_layers_and_their_sources() -> None:
     flare = resolve_config("flare", "reference", None, {})
     assert flare.config.initial_retrieval is False and flare.sources["initial_retrieval"] == "variant"
     assert resolve_config("flare", "paper", None, {}).config.initial_retrieval is True
+
+
+def test_a_search_that_finds_nothing_keeps_the_context_line_and_its_instruction(tiny_lm, tmp_path) -> None:
+    """The authors' prompt after a search always holds ``Context:`` and ``Answer in the same format as before.``
+    (their retriever pads the list with empty passages); the reference variants keep both when nothing is found,
+    leaving out the empty entries; the paper variant drops the block."""
+    import json
+
+    from explorer.retrieval.bm25 import BM25Retriever
+    from explorer.retrieval.corpora import load_corpus
+
+    corpus = tmp_path / "nothing.jsonl"
+    corpus.write_text(json.dumps({"id": "z", "title": "Qwxzv", "text": "Vzxwq qzvxw."}) + "\n", encoding="utf-8")
+    runtime = Runtime(engine=Engine(tiny_lm), retriever=BM25Retriever(load_corpus(corpus), use_cache=False),
+                      corpus={"name": "nothing"})
+    small = {"max_length": 14, "fewshot": 1, "max_rounds": 1, "threshold": 0.0}
+    for method, variant in (("dragin", "reference"), ("flare", "reference"), ("dragin", "paper")):
+        trace = run_question(method, "Who lived longer, Alejandro Jodorowsky or Philip Saville?", runtime,
+                             variant=variant, config=small)
+        assert trace.status == "complete", trace.error
+        assert [e.payload["hits"] for e in trace.of_kind("retrieval")] == [[]], (method, variant)
+        searched = trace.of_kind("retrieval")[0].id
+        prompt = next(e.payload["prompt"] for e in trace.of_kind("generation") if e.id > searched)  # written after
+        block = f"Context:\n{prompts.CONTEXT_INSTRUCTION}\n"
+        assert (block in prompt) == (variant == "reference"), (method, variant)
+        assert ("Context:" in prompt) == (variant == "reference")

@@ -140,3 +140,62 @@ def test_own_question_files_are_measured_and_named(tmp_path: Path, monkeypatch: 
     questions_only.write_text('{"question": "Who?", "answer": "x"}\n', encoding="utf-8")
     assert main(["retrieval-metrics", "--dataset", str(questions_only), "--methods", "bm25"]) == 1
     assert "hold no paragraphs" in capsys.readouterr().err
+
+
+def test_paper_columns_beside_another_split_carry_a_caution(tmp_path: Path) -> None:
+    """Filed under the paper's key (hotpotqa=FILE), a train file's recall sits beside dev-split figures: said so."""
+    import json
+
+    from explorer.eval.datasets import resolve_sources
+    from explorer.eval.retrieval_metrics import split_of
+
+    rows = json.dumps([_hotpot("a", "Zorblat"), _hotpot("b", "Quendor"), _hotpot("c", "Vexmoor")])
+    train = tmp_path / "hotpotqa_train_v1.1.json"
+    dev = tmp_path / "dev" / "my_hotpot.json"
+    dev.parent.mkdir()
+    for path in (train, dev):
+        path.write_text(rows, encoding="utf-8")
+    assert [split_of(p) for p in (train, dev, tmp_path / "mine.json")] == ["train", "dev", None]
+    text = render_markdown(measure(tmp_path, sources=resolve_sources([f"hotpotqa={train}"]), methods=["bm25"], ks=[3]))
+    assert ("⚠ Caution: the paper's HotpotQA figures were measured on HotpotQA's dev split; the hotpotqa questions "
+            "here come from the train split (hotpotqa_train_v1.1.json)") in text
+    assert "| paper recall ⚠ | paper given ⚠ |" in text and "64.67" in text  # the figures stay, marked
+    same = render_markdown(measure(tmp_path, sources=resolve_sources([f"hotpotqa={dev}"]), methods=["bm25"], ks=[3]))
+    assert "Caution" not in same and "64.67" in same
+
+
+def test_a_stopped_run_keeps_its_measurements_and_the_same_call_goes_on(tmp_path: Path) -> None:
+    """Stopped after a few measurements, the tables hold those and a rerun measures only the rest; the result equals
+    an uninterrupted run and the kept file is gone."""
+    import json
+
+    from explorer.eval.datasets import resolve_sources
+
+    mine = tmp_path / "mine.json"
+    mine.write_text(json.dumps([_hotpot(q, t) for q, t in (("a", "Zorblat"), ("b", "Quendor"), ("c", "Vexmoor"))]),
+                    encoding="utf-8")
+    kept = tmp_path / "kept"
+    calls: list[int] = []
+
+    def stop_after_four() -> None:
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+
+    def run(**kwargs):
+        return measure(tmp_path, sources=resolve_sources([str(mine)]), methods=["bm25", "qdc"], ks=[2, 3],
+                       bases=("bm25",), **kwargs)
+
+    stopped = run(checkpoint_dir=kept, on_measure=stop_after_four)  # 2 strategies x 2 k x 3 questions = 12
+    assert stopped.stopped == (4, 12) and len(list(kept.glob("*.jsonl"))) == 1
+    assert "**Partial: the run was stopped after 4 of 12 measurements" in render_markdown(stopped)
+    assert stopped.rows[("bm25", 2, "mine")].n == 3 and ("bm25", 3, "mine") in stopped.rows
+    calls.clear()
+    resumed = run(checkpoint_dir=kept, on_measure=lambda: calls.append(1))
+    assert len(calls) == 8 and resumed.stopped is None and not list(kept.glob("*.jsonl"))
+    whole = run()
+
+    def tables(report) -> str:
+        return render_markdown(report).split("Wall time")[0]
+
+    assert tables(resumed) == tables(whole) and "Partial" not in tables(resumed)

@@ -64,11 +64,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                                                "(default: ../shared/data)")
     build.add_argument("--out", type=Path, default=Path("."), help="folder to write to (default: the current folder)")
     build.add_argument("--force", action="store_true", help="overwrite corpus.jsonl / gold.json already there")
+    from explorer.cli import add_threads_option
+
+    add_threads_option(build)
     build.set_defaults(handler=_build, hints={"dataset_format": "--format", "dataset": "--dataset",
-                                              "corpus_format": "--corpus-format", "data_dir": "--data"})
+                                              "corpus_format": "--corpus-format", "data_dir": "--data",
+                                              "corpus": "--corpus"})
 
     bench = actions.add_parser("build-benchmark", help="pool the benchmark paragraphs into one indexed corpus")
     bench.add_argument("--data", type=Path, default=None, help="benchmark data folder (default: ../shared/data)")
+    add_threads_option(bench)
     bench.set_defaults(handler=_build_benchmark, hints={"benchmark_data": "--data"})
 
 

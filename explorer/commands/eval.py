@@ -2,7 +2,8 @@
 
 Every run is stored as a full trace in the run database under the evaluation's name, so the app
 can open any single case; rerunning the same command resumes where it stopped, and adding
-methods or datasets to a rerun extends the same evaluation.
+methods to a rerun extends the same evaluation. A question source the evaluation does not have is
+added only with ``--add-dataset``.
 """
 
 from __future__ import annotations
@@ -13,16 +14,22 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from explorer.cli import MODEL_HELP, add_attn_option
+from explorer.cli import MODEL_HELP, add_attn_option, add_threads_option
 
 DATASET_HELP = ("benchmark names (hotpotqa, musique, 2wiki, nq, strategyqa, demo) or question files (.json, .jsonl, "
                 ".csv, .tsv; format detected), comma-separated or repeated; NAME=PATH files a file under NAME")
 # What the options are called on eval and sweep, for messages that suggest one (explorer.options).
-RUN_HINTS = {"dataset_format": "--format", "dataset": "--dataset", "data_dir": "--data", "name": "--name"}
+RUN_HINTS = {"dataset_format": "--format", "dataset": "--dataset", "add_dataset": "--add-dataset", "data_dir": "--data",
+             "name": "--name", "corpus": "--corpus"}
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
     """Options shared by ``eval`` and ``sweep``: where questions, model, corpus and runs come from."""
+    parser.add_argument("--add-dataset", "--add-datasets", dest="add_datasets", action="append", default=[],
+                        metavar="NAME|PATH|NAME=PATH",
+                        help="question sources to add to an evaluation that exists under --name (a source it does "
+                             "not have is refused under --dataset: an evaluation's sources are part of what it is); "
+                             "comma-separated or repeated")
     parser.add_argument("--limit", type=int, default=None, help="first N questions of each dataset (default: all)")
     parser.add_argument("--model", default="embedded", help=MODEL_HELP)
     parser.add_argument("--corpus", default="benchmark", help="benchmark (default), demo, or a corpus file/folder")
@@ -32,6 +39,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default=None, help="cpu (default; cuda with --worker-gpus), cuda, cuda:N or mps")
     parser.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or float16")
     add_attn_option(parser)
+    add_threads_option(parser)
     parser.add_argument("--name", default=None, help="evaluation name (default: from datasets, limit, model, corpus)")
     parser.add_argument("--db", default=None, help="run database (default: the app's run database, EXPLORER_DB)")
     parser.add_argument("--data", default=None, help="benchmark data folder for benchmark names (default: "
@@ -70,7 +78,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    description="Run every method on every question, store each trace under one "
                                                "named evaluation, and print EM/F1 and costs per method. Rerun the "
                                                "same command to resume.")
-    parser.add_argument("--dataset", "--datasets", dest="datasets", required=True, action="append",
+    parser.add_argument("--dataset", "--datasets", dest="datasets", action="append", default=[],
                         metavar="NAME|PATH|NAME=PATH", help=DATASET_HELP)
     parser.add_argument("--methods", required=True,
                         help="comma-separated methods, e.g. wo,sr,fl,fs,flare,dragin; METHOD:VARIANT for a variant")
@@ -108,12 +116,22 @@ def open_store(db: str | None):
     return store
 
 
-def resolve(args: argparse.Namespace) -> list:
-    """The question sources of ``--dataset`` (names, files, NAME=PATH), read far enough to know their formats."""
+def resolve(args: argparse.Namespace) -> tuple[list, list]:
+    """The question sources of ``--dataset`` and of ``--add-dataset`` (names, files, NAME=PATH), read far enough to
+    know their formats (a file that is not a question file fails here, before any model loads)."""
+    from explorer.errors import ConfigError
     from explorer.eval.datasets import resolve_sources
     from explorer.eval.runner import parse_list
 
-    return resolve_sources(parse_list(args.datasets, "dataset"), fmt=args.dataset_format, data_dir=args.data)
+    if not args.datasets and not args.add_datasets:
+        raise ConfigError("no questions given", where="--dataset",
+                          fix="name the questions: --dataset hotpotqa (a benchmark) or --dataset my_questions.jsonl; "
+                              "--add-dataset adds a source to an existing evaluation")
+    given = (resolve_sources(parse_list(args.datasets, "dataset"), fmt=args.dataset_format, data_dir=args.data)
+             if args.datasets else [])
+    added = (resolve_sources(parse_list(args.add_datasets, "dataset"), fmt=args.dataset_format, data_dir=args.data)
+             if args.add_datasets else [])
+    return given, added
 
 
 def cluster_options(args: argparse.Namespace):
@@ -157,15 +175,17 @@ def run(args: argparse.Namespace) -> int:
 
     check_common(args)
     cluster = cluster_options(args)
-    sources = resolve(args)
+    sources, added = resolve(args)
     arms = build_arms(parse_list(args.methods, "methods"), settings=args.settings, variants=args.variants,
                       seed=args.seed)
     from explorer.retrieval.choice import config_from_args
 
     retriever = config_from_args(args)
-    name = args.name or default_name([s.label for s in sources], args.limit, args.model, args.corpus,
+    # The default name comes from --dataset: adding a source with --add-dataset keeps the evaluation's name.
+    name = args.name or default_name([s.label for s in sources or added], args.limit, args.model, args.corpus,
                                      retriever=retriever)
-    settings = EvalSettings(name=name, datasets=[s.spec for s in sources], arms=arms, limit=args.limit,
+    settings = EvalSettings(name=name, datasets=[s.spec for s in sources], add_datasets=[s.spec for s in added],
+                            arms=arms, limit=args.limit,
                             model=args.model, corpus=args.corpus, dtype=args.dtype, device=args.device, seed=args.seed,
                             data_dir=args.data, batch_size=args.batch, dataset_format=args.dataset_format,
                             retriever=retriever.recorded(), attn=args.attn)

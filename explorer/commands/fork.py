@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from explorer.cli import add_attn_option
+from explorer.cli import add_attn_option, add_threads_option
 from explorer.config import parse_assignments
 
 
@@ -42,6 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--db", default=None, help="run database (default: the app's, EXPLORER_DB)")
     parser.add_argument("--device", default=None, help="device for the model (default: the parent's)")
     add_attn_option(parser)
+    add_threads_option(parser)
     parser.add_argument("--json", type=Path, default=None, help="also write the fork's trace as JSON here")
     parser.set_defaults(handler=run)
 

@@ -7,6 +7,8 @@ retriever, by default; ``bm25,dense`` measures both).
 Prints markdown and writes it to ``--out`` (``retrieval_metrics.md`` in the current folder by default; the
 project's own result file is written only when asked for by path).
 BlendFilter runs the model, so ``--blendfilter-limit`` can keep it to the first N questions of each set.
+Every finished measurement is kept in the cache as it finishes: a stopped run (Ctrl-C, SIGTERM) writes
+the tables of what it measured, and the same command goes on from there (``--restart`` starts over).
 """
 
 from __future__ import annotations
@@ -66,9 +68,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--classifier", default="",
                         help="a pair-classifier folder or manifest (default: the one in the cache if trained there, "
                              "else the one shipped with the explorer)")
+    parser.add_argument("--restart", action="store_true",
+                        help="measure everything again instead of going on from a stopped run's kept measurements")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
                         help="markdown file to write (default: retrieval_metrics.md in the current folder; "
                              "'-' for none)")
+    from explorer.cli import add_threads_option
+
+    add_threads_option(parser)
     parser.set_defaults(handler=run, hints={"dataset_format": "--format", "dataset": "--dataset", "data_dir": "--data",
                                             "classifier": "--classifier"})
 
@@ -110,10 +117,18 @@ def run(args: argparse.Namespace) -> int:
     data = args.data or shared_data_dir()
     sources = resolve_sources(parse_list(args.datasets or ["hotpotqa,musique"], "dataset"), fmt=args.dataset_format,
                               data_dir=data)
-    report = measure(data, methods=methods, ks=args.k, k2=args.k2, limit=args.limit,
-                     blend_limit=args.blendfilter_limit, blend_k=args.blendfilter_k, model=args.model,
-                     classifier_path=args.classifier, progress=progress, sources=sources, bases=bases,
-                     embedder=args.embedder, retriever_options=options)
+    from explorer.commands.eval import stop_on_terminate
+    from explorer.paths import cache_dir
+
+    kept = cache_dir("retrieval-metrics")
+    if args.restart:
+        for old in kept.glob("retrieval-metrics-*.jsonl"):
+            old.unlink(missing_ok=True)
+    with stop_on_terminate():  # SIGTERM stops it like Ctrl-C: the finished measurements stay
+        report = measure(data, methods=methods, ks=args.k, k2=args.k2, limit=args.limit,
+                         blend_limit=args.blendfilter_limit, blend_k=args.blendfilter_k, model=args.model,
+                         classifier_path=args.classifier, progress=progress, sources=sources, bases=bases,
+                         embedder=args.embedder, retriever_options=options, checkpoint_dir=kept)
     given = sys.argv[2:] if sys.argv[1:2] == ["retrieval-metrics"] else []
     report.command = " ".join(["python -m explorer retrieval-metrics", *(shlex.quote(a) for a in given)])
     text = render_markdown(report)
@@ -126,5 +141,5 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise write_error(exc, args.out, "--out") from exc
         write_file(args.out, text, "--out")
-        print(f"wrote {args.out}", file=sys.stderr)
-    return 0
+        print(f"wrote {args.out}" + (" (partial)" if report.stopped else ""), file=sys.stderr)
+    return 130 if report.stopped else 0

@@ -32,6 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "musique, nq, txt)")
     parser.add_argument("--width", type=int, default=160, help="characters of text shown per hit (default 160)")
     parser.add_argument("--json", action="store_true", help="print the hits as JSON lines instead")
+    from explorer.cli import add_threads_option
+
+    add_threads_option(parser)
     parser.set_defaults(handler=run, hints={"corpus_format": "--format"})
 
 

@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from explorer.cli import MODEL_HELP, add_attn_option
+from explorer.cli import MODEL_HELP, add_attn_option, add_threads_option
 from explorer.config import parse_assignments
 from explorer.outputs import check_output_file, write_text_file
 
@@ -31,6 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or mps")
     parser.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or float16")
     add_attn_option(parser)
+    add_threads_option(parser)
     parser.add_argument("--set", dest="settings", action="append", default=[], metavar="NAME=VALUE",
                         help="a config value, e.g. --set threshold=0.3 (repeatable); "
                              "`python -m explorer methods NAME` lists them")
@@ -82,6 +83,9 @@ def check_before_loading(args: argparse.Namespace):
         raise ExplorerError("the question is empty", where="--question", fix='give the question, e.g. --question "Who '
                                                                               'wrote Hamlet?"')
     check_text(args.question, "--question")  # bytes that are not UTF-8 arrive as lone surrogates
+    from explorer.methods.fit import check_before_loading as check_model
+
+    check_model([(args.method, args.variant)], args.model, args.attn)  # --attn flash..., a Mamba folder
     from explorer.retrieval.corpora import NAMED_CORPORA, resolve_corpus_path
 
     if args.corpus not in NAMED_CORPORA:

@@ -30,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--method", required=True, help="the method, e.g. dragin (METHOD:VARIANT for a variant)")
     parser.add_argument("--param", required=True, help="the parameter to vary, e.g. threshold")
     parser.add_argument("--values", required=True, help="comma-separated values, e.g. 0.1,0.2,0.4,0.8")
-    parser.add_argument("--dataset", "--datasets", dest="datasets", required=True, action="append",
+    parser.add_argument("--dataset", "--datasets", dest="datasets", action="append", default=[],
                         metavar="NAME|PATH|NAME=PATH", help=DATASET_HELP)
     parser.add_argument("--out", type=Path, default=None,
                         help="folder for the report (default: reports/NAME under the current folder)")
@@ -60,15 +60,16 @@ def run(args: argparse.Namespace) -> int:
                               variants=args.variants, seed=args.seed):
             if arm not in arms:
                 arms.append(arm)
-    sources = resolve(args)
-    datasets = [s.label for s in sources]
+    sources, added = resolve(args)
+    datasets = [s.label for s in sources or added]
     from explorer.retrieval.choice import config_from_args
 
     retriever = config_from_args(args)
     name = args.name or (f"sweep-{method.replace(':', '-')}-{args.param}-{'+'.join(datasets)}-"
                          f"{'all' if args.limit is None else args.limit}-{args.model.rstrip('/').rsplit('/', 1)[-1]}"
                          f"-{args.corpus}" + ("" if retriever.kind == "bm25" else f"-{retriever.label}"))
-    settings = EvalSettings(name=name, datasets=[s.spec for s in sources], arms=arms, limit=args.limit,
+    settings = EvalSettings(name=name, datasets=[s.spec for s in sources], add_datasets=[s.spec for s in added],
+                            arms=arms, limit=args.limit,
                             model=args.model, corpus=args.corpus, dtype=args.dtype, device=args.device, seed=args.seed,
                             data_dir=args.data, batch_size=args.batch, dataset_format=args.dataset_format,
                             retriever=retriever.recorded(), attn=args.attn,

@@ -33,6 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the question split and pair sampling")
     parser.add_argument("--limit", type=int, default=None, help="use only the first N questions of each dataset")
     parser.add_argument("--neg-ratio", type=int, default=4, help="negative pairs sampled per positive pair")
+    from explorer.cli import add_threads_option
+
+    add_threads_option(parser)
     parser.set_defaults(handler=run, hints={"dataset_format": "--format", "dataset": "--dataset",
                                             "data_dir": "--data", "limit": "--limit"})
 

@@ -128,9 +128,19 @@ class AttentionProbe:
     """
 
     def __init__(self, model: nn.Module, layer: int = -1) -> None:
+        from explorer.engine.capabilities import attention_layer_indices
+
         layers = decoder_layers(model)
         self.layer_index = layer % len(layers)
-        self.module = attention_module(layers[self.layer_index])
+        attending = attention_layer_indices(model.config)
+        #: False on a state-space model: no layer attends, so there are no weights to read.
+        self.has_attention = attending is None or bool(attending)
+        if attending and self.layer_index not in attending:
+            if layer != -1:
+                raise ModelError(f"layer {self.layer_index} of {type(model).__name__} is a state-space layer, with no "
+                                 "attention to read", fix=f"probe one of its attention layers: {attending}")
+            self.layer_index = attending[-1]  # a hybrid: the last layer that attends
+        self.module = attention_module(layers[self.layer_index]) if self.has_attention else None
         self.model = model
         self.active = False
         self.per_head = False
@@ -140,6 +150,8 @@ class AttentionProbe:
 
     def _install(self) -> str:
         """Switch the model to the probed backend; ``output_attentions`` if it cannot be switched."""
+        if not self.has_attention:
+            return "none"
         current = self.model.config._attn_implementation
         base = next((b for b, n in PROBED.items() if n == current), current)
         if base not in PROBED or not follows_attention_interface(type(self.model)):
@@ -189,10 +201,13 @@ class AttentionProbe:
         path that is only exercised with eager (Falcon under sdpa adds a boolean mask as numbers
         and returns non-causal weights).
         """
-        return self.mode.startswith("probe:") or self.implementation == "eager"
+        return self.mode.startswith("probe:") or (self.has_attention and self.implementation == "eager")
 
     def require(self, purpose: str) -> None:
         """Refuse, before any work, a call that needs attention weights on a backend that has none."""
+        if not self.has_attention:
+            raise ModelError(f"{purpose} needs attention weights, but {type(self.model).__name__} has no attention "
+                             "layer (every layer is a state-space mixer)", fix=NO_ATTENTION_FIX)
         if not self.readable:
             raise ModelError(f"{purpose} needs the last layer's attention weights, but the model runs with "
                              f"attention implementation {self.implementation!r}, whose kernels never materialise "
@@ -200,6 +215,9 @@ class AttentionProbe:
                              "blendfilter, run on it unchanged)", fix=ATTN_FIX)
 
 
+#: What a user can do on a model without attention layers.
+NO_ATTENTION_FIX = ("run this method on a model with attention layers (a transformer, or a hybrid such as Jamba), or "
+                    "pick a method that reads no attention: wo, sr, fl, fs, flare, seakr, drrag or blendfilter")
 #: What a user can do when attention weights are missing: every command and the app take ``--attn``.
 ATTN_FIX = ("load the model with --attn auto or --attn eager (EXPLORER_ATTN for the app); auto picks a backend "
             "whose attention weights the explorer can read")

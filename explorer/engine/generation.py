@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from explorer.engine.attention import AttentionProbe, Window, absolute_row, probed_window, sink_tokens
+from explorer.engine.capabilities import cache_argument
 from explorer.engine.decode import (
     Detokenizer,
     cancelled,
@@ -125,6 +126,8 @@ class Engine:
         self.tokenizer = lm.tokenizer
         self.device = torch.device(lm.device)
         self.probe = AttentionProbe(self.model, attention_layer)
+        #: ``past_key_values``, or ``cache_params`` for the Mamba families.
+        self.cache_argument = cache_argument(self.model)
         #: The probed layer's sliding window or chunk, when it has one (None: it sees the whole context).
         self.window: Window | None = probed_window(self.model.config, self.probe.layer_index)
         self.lock = threading.RLock()
@@ -293,7 +296,7 @@ class Engine:
         return gen
 
     def _forward(self, ids: torch.Tensor, cache: Any, *, logits: bool = True) -> Any:
-        kwargs: dict[str, Any] = {"input_ids": ids, "past_key_values": cache, "use_cache": True}
+        kwargs: dict[str, Any] = {"input_ids": ids, self.cache_argument: cache, "use_cache": True}
         if logits:
             kwargs["logits_to_keep"] = 1
         if self.probe.active and self.probe.needs_output_attentions:
@@ -330,7 +333,7 @@ class Engine:
         The batched sampler's step: ``attention_mask`` hides tokens a row cut after feeding them,
         ``position_ids`` (where the model takes them) keep each row's positions its own.
         """
-        kwargs: dict[str, Any] = {"input_ids": input_ids, "past_key_values": cache, "use_cache": True,
+        kwargs: dict[str, Any] = {"input_ids": input_ids, self.cache_argument: cache, "use_cache": True,
                                   "logits_to_keep": 1}
         if attention_mask is not None:
             kwargs["attention_mask"] = attention_mask
@@ -458,8 +461,8 @@ class Engine:
             raise IndexError(f"token {index} is outside the span of {len(gen.ids)} tokens")
         total = len(gen.prompt_ids) + index + 1
         if not can_roll_back(gen._cache):
-            # A windowed cache has dropped the keys a rollback would need; one pass over the
-            # context up to the token gives the same row (the mask applies the same window).
+            # A windowed cache has dropped the keys a rollback would need, a recurrent layer's state
+            # cannot go back; one pass over the context up to the token gives the same row.
             ids = list(gen.prompt_ids) + gen.ids[:index + 1]
             with self.lock, torch.inference_mode():
                 self.probe.active = True
@@ -544,7 +547,12 @@ class Engine:
 
 
 def can_roll_back(cache: Any) -> bool:
-    """Whether ``crop`` can take the cache back: not once a sliding layer has filled its window."""
+    """Whether ``crop`` can take the cache back: not once a sliding layer has filled its window, and never with a
+    recurrent (state-space) layer, whose state has no earlier position to return to."""
+    from explorer.engine.capabilities import holds_recurrent_state
+
+    if holds_recurrent_state(cache):
+        return False
     for layer in getattr(cache, "layers", ()):
         window = getattr(layer, "sliding_window", None) if getattr(layer, "is_sliding", False) else None
         if window is not None and layer.get_seq_length() >= window:

@@ -219,6 +219,27 @@ def _model_class(location: str) -> type | None:
         return None
 
 
+def config_before_loading(spec: str) -> Any | None:
+    """The transformers config of a model folder or a cached hub id, read without weights, fetching or converting
+    anything; None for the embedded models, GGUF files and anything that cannot be read that cheaply."""
+    spec = (spec or "").strip()
+    if not spec or embedded_spec(spec) is not None or spec.lower().endswith(".gguf"):
+        return None
+    path = Path(spec).expanduser()
+    folder = path if (path / "config.json").is_file() else None
+    if folder is None and not path.exists() and not _looks_like_path(spec):
+        snapshot = hub.cached_snapshot(spec)
+        folder = snapshot.folder if snapshot is not None else None
+    if folder is None:
+        return None
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(str(folder), local_files_only=True)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def _check_causal_config(folder: Path) -> None:
     """Read config.json and refuse models that cannot generate text, before loading any weights."""
     from transformers import AutoConfig
@@ -230,6 +251,9 @@ def _check_causal_config(folder: Path) -> None:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ModelError(f"cannot read the model config: {exc}", where=str(config_path),
                          fix="make config.json a valid transformers config with a known model_type") from exc
+    if getattr(config, "is_encoder_decoder", False):
+        raise ModelError(_not_causal_message(config) + ": it is an encoder-decoder (sequence-to-sequence) model, whose "
+                         "decoder reads a separate encoder's output", where=str(config_path), fix=_ENCODER_DECODER_FIX)
     if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING or _is_encoder(config):
         raise ModelError(_not_causal_message(config), where=str(config_path), fix=_NOT_CAUSAL_FIX)
 
@@ -250,6 +274,9 @@ def _is_encoder(config: Any) -> bool:
 
 _NOT_CAUSAL_FIX = ("use a decoder (causal language) model such as Llama, Qwen, GPT-2 or SmolLM2; "
                    "encoders like BERT cannot generate text")
+_ENCODER_DECODER_FIX = ("use a decoder-only (causal language) model such as Llama, Qwen, GPT-2 or SmolLM2: the methods "
+                        "read their signals from one stack that sees the prompt and its own output, which T5, BART "
+                        "and other encoder-decoder models split in two")
 
 
 def _not_causal_message(config: Any) -> str:

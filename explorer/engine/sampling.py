@@ -3,7 +3,8 @@
 SEAKR's uncertainty needs, for one context, k sampled continuations and one hidden state per
 continuation; its authors get them from a patched vLLM in one batched call. Here the prompt is
 pre-filled ONCE with batch size 1, its KV cache is repeated to one row per sample
-(``DynamicCache.batch_repeat_interleave``), and all rows then advance together, one token per
+(``DynamicCache.batch_repeat_interleave``; on a cache with recurrent state-space layers, an index
+selection of row 0, which those layers support), and all rows then advance together, one token per
 forward pass. Rows stop on their own (end-of-sequence, a stop string, the end of a sentence, the
 token limit); a finished row leaves the batch (``batch_select_indices``), so late steps get cheaper.
 
@@ -36,6 +37,7 @@ from typing import Any
 
 import torch
 
+from explorer.engine.capabilities import holds_recurrent_state, repeat_rows, select_rows
 from explorer.engine.decode import (
     Detokenizer,
     cancelled,
@@ -120,6 +122,7 @@ class _Row:
     hidden: torch.Tensor | None = None
     done: bool = False
     feeding_end: bool = False
+    alone: bool = False  # its end state is computed in a pass of its own (a recurrent cache cannot mask)
 
     @property
     def greedy(self) -> bool:
@@ -187,17 +190,19 @@ class _Loop:
         self.layer: int | None = None
         self.site: str | None = None
         self._positions = "position_ids" in inspect.signature(engine.model.forward).parameters
+        self.recurrent = False  # set once the cache exists: a state-space layer's state cannot mask a cut token
 
     # -- the loop ---------------------------------------------------------------------------------
     def run(self) -> None:
         engine, model, device = self.engine, self.engine.model, self.engine.device
         p = len(self.prompt_ids)
         cache = engine.new_cache()
+        self.recurrent = holds_recurrent_state(cache)
         out = engine.forward_batch(torch.tensor([self.prompt_ids], device=device), cache)
         self.forward_passes += 1
         batch = list(self.rows)
         if len(batch) > 1:
-            cache.batch_repeat_interleave(len(batch))
+            repeat_rows(cache, len(batch))
         logits = out.logits[:, -1].expand(len(batch), -1)
         mask = torch.ones(len(batch), p, dtype=torch.long, device=device)
         capture = HiddenCapture(model, self.hidden) if self.hidden is not None else None
@@ -216,7 +221,7 @@ class _Loop:
                     break
                 if len(keep) < len(batch):
                     index = torch.tensor(keep, device=device)
-                    cache.batch_select_indices(index)
+                    select_rows(cache, index)
                     mask = mask[index]
                     batch = [batch[i] for i in keep]
                 inputs, positions = [], []
@@ -231,7 +236,10 @@ class _Loop:
                     r.position += 1
                     r.fed += 1
                 mask = torch.cat([mask, torch.ones(len(batch), 1, dtype=mask.dtype, device=device)], dim=1)
-                out = engine.forward_batch(torch.tensor(inputs, device=device)[:, None], cache, attention_mask=mask,
+                # A recurrent cache never masks (its rows recompute instead), and Mamba mixers would read a
+                # mask longer than the step as padding; without one every row sees all it was fed.
+                out = engine.forward_batch(torch.tensor(inputs, device=device)[:, None], cache,
+                                           attention_mask=None if self.recurrent else mask,
                                            position_ids=torch.tensor(positions, device=device)[:, None]
                                            if self._positions else None)
                 self.forward_passes += 1
@@ -244,6 +252,19 @@ class _Loop:
         finally:
             if capture is not None:
                 capture.__exit__(None, None, None)
+        for r in self.rows:
+            if r.alone and not self.cancelled:
+                self._end_state_alone(r)
+
+    def _end_state_alone(self, r: _Row) -> None:
+        """A row whose fed tokens a stop string cut, on a recurrent cache: its state already holds them and no mask
+        takes them out, so its end state comes from one pass over ``prompt + kept tokens + EOS``."""
+        ids = [*self.prompt_ids, *r.ids[:r.kept], self.end_token]
+        with HiddenCapture(self.engine.model, self.hidden) as capture:  # type: ignore[arg-type]
+            self.engine.forward_batch(torch.tensor([ids], device=self.engine.device), self.engine.new_cache())
+        self.forward_passes += 1
+        if capture.last is not None:
+            r.hidden = capture.last[0, -1].clone()
 
     def _choose(self, batch: list[_Row], logits: torch.Tensor, mask: torch.Tensor) -> None:
         """Pick the next token of every row still sampling, record its signals, and apply stop rules."""
@@ -317,6 +338,9 @@ class _Loop:
         r.stopped_by, r.kept = reason, kept
         r.text = r.detok.text if text is None else text
         fed_kept = min(r.fed, kept)
+        if r.fed > kept and self.recurrent:  # a recurrent state cannot forget them: the end state is recomputed
+            r.done, r.alone = True, bool(r.text.strip()) and self.hidden is not None and not r.greedy
+            return
         if r.fed > kept:  # cut tokens were already fed: hide them from this row's later positions
             mask[index, p + kept:p + r.fed] = 0
         r.position = p + fed_kept

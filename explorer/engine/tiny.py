@@ -2,7 +2,8 @@
 
 A user's model can be any of a dozen families whose attention differs in ways that matter to
 the signals: grouped key/value heads, partial rotary embeddings, soft-capping, sliding windows on
-some or all layers, learned positions, parallel attention. These builders give one small model
+some or all layers, learned positions, parallel attention, state-space layers beside attention
+(Jamba) or instead of it (Mamba). These builders give one small model
 per family (hidden size 64, a few layers, the embedded tokenizer's vocabulary) so the
 architecture matrix test and the README's support table exercise the real transformers code of
 each family in seconds. The output head is never tied to the embeddings: a tied random model
@@ -39,7 +40,17 @@ ARCHITECTURES: dict[str, tuple[str, dict[str, Any], str]] = {
                f"sliding window of {WINDOW} on 5 layers in 6, the last one included"),
     "opt": ("opt", {"ffn_dim": 2 * HIDDEN, "word_embed_proj_dim": HIDDEN}, "learned positions, no named MLP block"),
     "falcon": ("falcon", {}, "multi-query attention, parallel attention"),
+    "jamba": ("jamba", {"num_key_value_heads": 2, "num_hidden_layers": 3, "attn_layer_period": 2,
+                        "attn_layer_offset": 1, "num_experts": 1, "expert_layer_period": 100, "mamba_d_state": 8,
+                        "mamba_dt_rank": 8},
+              "hybrid: Mamba layers around one attention layer (not the last), recurrent state in the cache"),
+    "mamba": ("mamba", {"state_size": 8, "time_step_rank": 8, "num_hidden_layers": 1},
+              "state-space: no attention layer at all"),
 }
+#: Families with recurrent (state-space) layers: their caches cannot be cut back or repeated as keys are.
+RECURRENT = {"jamba", "mamba"}
+#: Families without any attention layer: methods that read attention weights are refused on them.
+WITHOUT_ATTENTION = {"mamba"}
 
 
 def architectures() -> list[str]:

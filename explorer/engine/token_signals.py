@@ -102,7 +102,9 @@ def registry() -> dict[str, SignalSpec]:
     global _loaded
     if not _loaded:
         _loaded = True
-        import explorer.methods  # noqa: F401  (method modules register their signals)
+        from explorer import extensions
+
+        extensions.load()  # the declared method modules register their signals
     return dict(_REGISTRY)
 
 

@@ -187,7 +187,28 @@ def _keys(record: Any) -> str:
     return "fields " + ", ".join(keys[:10]) + (" ..." if len(keys) > 10 else "") if keys else "no fields"
 
 
+_PASSAGE_KEYS = frozenset({"text", "contents", "passage", "paragraph_text"})
+
+
+def _corpus_file(path: Path, where: str, record: Any) -> DatasetError | None:
+    """A passage file given where questions were expected (a corpus beside its question file): say which is which."""
+    from explorer.options import option, usage
+
+    keys = {str(k).lower() for k in record} if isinstance(record, dict) else set()
+    if not keys & _PASSAGE_KEYS or keys & {"question", "query", "context", "paragraphs", "ctxs"}:
+        return None
+    as_corpus = usage("corpus", str(path))
+    fix = (f"give it as the corpus to search, {as_corpus}, and the questions with {option('dataset') or 'the dataset'}"
+           " QUESTION_FILE" if as_corpus else
+           "give a question file here (records with 'question' and 'answer'); a corpus is searched, not asked")
+    return DatasetError(f"{path} is a corpus (passage) file, not a question file: its records hold passages "
+                        f"({where}: {_keys(record)}) and no question", fix=fix)
+
+
 def _undetected(path: Path, where: str, record: Any) -> DatasetError:
+    corpus = _corpus_file(path, where, record)
+    if corpus is not None:
+        return corpus
     fix = "give every record a 'question' field and an 'answer' (or 'answers') field" + format_hint()
     if isinstance(record, dict) and "question" in {str(k).lower() for k in record}:
         return DatasetError(f"{where} has a 'question' field but no 'answer' (nor 'answers') field, so the format "

@@ -166,14 +166,21 @@ def retriever_text(config: dict[str, Any] | None) -> str:
     return f"{kind} ({', '.join(bits)})"
 
 
-def _settings_lines(evaluation: dict[str, Any]) -> list[str]:
+def _settings_lines(evaluation: dict[str, Any], scores: EvaluationScores | None = None) -> list[str]:
+    """The header: status and questions as the stored runs say (``scores``), then the settings.
+
+    The status and the question counts are computed from the runs, not taken from what the last
+    command asked for: a run stopped early, a later ``--limit`` or an added source cannot make the
+    header claim runs the store does not hold."""
     s = evaluation.get("settings") or {}
-    lines = [f"- status: {evaluation.get('status')}, started {evaluation.get('created_at')}",
+    datasets = s.get("datasets") or {}
+    coverage = Coverage.of(s, scores) if scores is not None else None
+    status = coverage.status(str(evaluation.get("status"))) if coverage is not None else evaluation.get("status")
+    lines = [f"- status: {status}, started {evaluation.get('created_at')}",
              f"- model: {s.get('model')} ({s.get('dtype')}, {s.get('device')}); corpus: {s.get('corpus')}; "
              f"retriever: {retriever_text(s.get('retriever'))}; seed: {s.get('seed')}"]
-    datasets = s.get("datasets") or {}
     if datasets:
-        lines.append("- questions: " + "; ".join(_dataset_text(d, v or {}) for d, v in datasets.items()))
+        lines.append("- questions: " + "; ".join(_dataset_text(d, v or {}, coverage) for d, v in datasets.items()))
     arms = s.get("arms") or []
     if arms:
         described = []
@@ -191,6 +198,65 @@ def _settings_lines(evaluation: dict[str, Any]) -> list[str]:
     return lines
 
 
+@dataclass
+class Coverage:
+    """What the stored runs cover, per dataset: how many questions have a run of every arm (method,
+    variant and config), how many of only some, and how many the evaluation was asked for."""
+
+    arms: list[tuple[str, str, str | None]]  # (method, variant, config key or None for arms stored without one)
+    asked: dict[str, int | None]
+    full: dict[str, int] = field(default_factory=dict)
+    partial: dict[str, int] = field(default_factory=dict)
+    runs: int = 0
+    failed: int = 0
+
+    @classmethod
+    def of(cls, settings: dict[str, Any], scores: EvaluationScores) -> Coverage:
+        arms = [(str(a.get("method")), str(a.get("variant")),
+                 json.dumps(a["config"], sort_keys=True) if isinstance(a.get("config"), dict) else None)
+                for a in settings.get("arms") or []]
+        asked = {d: _asked(v or {}) for d, v in (settings.get("datasets") or {}).items()}
+        cover = cls(arms=arms, asked=asked)
+        per_question: dict[tuple[str, str], set[int]] = {}
+        for r in scores.runs:
+            matched = [i for i, (m, v, key) in enumerate(arms)
+                       if (m, v) == (r.method, r.variant) and (key is None or key == r.config_key)]
+            if not matched:
+                continue
+            cover.runs += 1
+            cover.failed += r.status != "complete"
+            per_question.setdefault((r.dataset, r.question_id), set()).update(matched)
+        for (dataset, _), found in per_question.items():
+            target = cover.full if len(found) == len(arms) else cover.partial
+            target[dataset] = target.get(dataset, 0) + 1
+        return cover
+
+    @property
+    def expected(self) -> int | None:
+        """Runs the evaluation was asked for (None when a dataset's question count was not recorded)."""
+        if any(n is None for n in self.asked.values()):
+            return None
+        return sum(n or 0 for n in self.asked.values()) * len(self.arms)
+
+    def status(self, stored: str) -> str:
+        """``complete`` only when every asked run is stored; otherwise how far the runs got."""
+        failed = f", {self.failed} of them failed" if self.failed else ""
+        expected = self.expected
+        if expected is not None and self.runs >= expected and stored != "running":
+            return "complete" + (f" ({self.runs} runs{failed})" if self.failed else "")
+        held = f"{self.runs} of {expected} runs stored" if expected is not None else f"{self.runs} runs stored"
+        how = "running" if stored == "running" else "incomplete"
+        tail = "" if stored in ("running", "complete") else f"; the last command ended {stored}"
+        return f"{how}: {held}{failed}{tail}; the same command resumes it"
+
+
+def _asked(info: dict[str, Any]) -> int | None:
+    """How many questions of a dataset the evaluation was asked for (the largest request so far)."""
+    if isinstance(info.get("asked"), int):
+        return info["asked"]
+    return info.get("limit") if isinstance(info.get("limit"), int) else None
+
+
 def produced_line(evaluation: dict[str, Any]) -> str:
     """``produced by: 2 Ray workers (...) on 1 device (...): 40 runs``, from the evaluation's executions."""
     from explorer.eval.execution import produced_by
@@ -199,23 +265,43 @@ def produced_line(evaluation: dict[str, Any]) -> str:
     return f"produced by: {text}" if text else ""
 
 
-def _dataset_text(name: str, info: dict[str, Any]) -> str:
-    """``HotpotQA: first 30 of /data/dev.json (HotpotQA format)``: the dataset's name, its file and how it was read."""
+def _dataset_text(name: str, info: dict[str, Any], coverage: Coverage | None = None) -> str:
+    """``HotpotQA: 6 of the first 15 questions run by every method, from /data/dev.json (HotpotQA format)``.
+
+    With ``coverage`` the counts are those of the stored runs; without it, the request alone."""
     from explorer.eval.question_formats import FORMAT_TITLES
 
-    count = f"first {info['limit']}" if info.get("limit") is not None else "all"
+    asked = _asked(info)
+    if coverage is None:
+        count = f"first {asked}" if asked is not None else "all"
+    else:
+        full, partial = coverage.full.get(name, 0), coverage.partial.get(name, 0)
+        some = f" (and {partial} more by some methods)" if partial else ""
+        if asked is not None and full >= asked:
+            count = (f"all {asked} questions" if info.get("limit") is None else f"the first {asked} questions") + \
+                ", run by every method"
+        elif asked is not None:
+            count = (f"{full} of the first {asked} questions run by every method" if full or partial
+                     else f"none of the first {asked} questions run yet") + some
+        else:
+            count = f"{full} questions run by every method{some}"
     if not info.get("file"):
-        return f"{dataset_title(name)} {count}"
+        return f"{dataset_title(name)}: {count}"
     fmt = FORMAT_TITLES.get(info.get("format"), info.get("format"))
     how = f"{fmt} format" + (", detected" if info.get("format_detected") else "")
-    return f"{dataset_title(name)}: {count} of {info['file']} ({how})"
+    joiner = " of" if coverage is None else ", from"
+    return f"{dataset_title(name)}: {count}{joiner} {info['file']} ({how})"
 
 
-def sources_line(store: Any, name: str) -> str:
-    """One line naming every dataset of an evaluation and its file (what ``eval`` prints above its tables)."""
+def sources_line(store: Any, name: str, scores: EvaluationScores | None = None) -> str:
+    """One line naming every dataset of an evaluation, its file and what its stored runs cover (what ``eval``
+    prints above its tables)."""
     evaluation = store.evaluation(name) or {}
-    datasets = (evaluation.get("settings") or {}).get("datasets") or {}
-    return "Questions: " + "; ".join(_dataset_text(d, v or {}) for d, v in datasets.items()) if datasets else ""
+    settings = evaluation.get("settings") or {}
+    datasets = settings.get("datasets") or {}
+    coverage = Coverage.of(settings, scores) if scores is not None else None
+    return ("Questions: " + "; ".join(_dataset_text(d, v or {}, coverage) for d, v in datasets.items())
+            if datasets else "")
 
 
 def _non_default(method: str, config: dict[str, Any], given: dict[str, Any] | None = None) -> str:
@@ -247,7 +333,7 @@ def report_markdown(store: Any, name: str, scores: EvaluationScores | None = Non
     """The evaluation's full markdown report: settings, answer, cost and recall tables."""
     evaluation = _require(store, name)
     scores = scores or score_evaluation(store, name)
-    parts = [f"## Evaluation `{name}`", "", *_settings_lines(evaluation), ""]
+    parts = [f"## Evaluation `{name}`", "", *_settings_lines(evaluation, scores), ""]
     if not scores.runs:
         parts.append("No runs stored yet.")
         return "\n".join(parts) + "\n"
@@ -261,7 +347,7 @@ def summary_markdown(store: Any, name: str) -> str:
     scores = score_evaluation(store, name)
     if not scores.runs:
         return f"evaluation {name!r} has no runs"
-    head = [line for line in (sources_line(store, name), _produced(store, name)) if line]
+    head = [line for line in (sources_line(store, name, scores), _produced(store, name)) if line]
     return "\n\n".join(head + [table_markdown(t) for t in (answer_table(scores), cost_table(scores))])
 
 

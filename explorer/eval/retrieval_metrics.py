@@ -69,6 +69,39 @@ PAPER_TABLE4: dict[tuple[str, int], dict[str, tuple[float, float]]] = {
 }
 
 
+#: The split the paper's table 4 was measured on: questions of each dataset's development set (the
+#: evaluation it follows, Adaptive-RAG's, samples them there); its classifier trained on the train split.
+PAPER_SPLIT = "dev"
+_SPLIT_WORDS = {"train": "train", "training": "train", "dev": "dev", "development": "dev", "validation": "dev",
+                "val": "dev", "valid": "dev", "test": "test", "testing": "test"}
+
+
+def split_of(path: Path) -> str | None:
+    """The split a question file's name says it holds (or its folder's, when the folder is named just so): train,
+    dev or test; None when neither says.
+
+    ``hotpotqa_train_v1.1.json`` -> train, ``musique/dev_100.json`` -> dev, ``validation/q.jsonl`` -> dev."""
+    import re
+
+    found = {_SPLIT_WORDS[w] for w in re.split(r"[^a-z]+", path.name.lower()) if w in _SPLIT_WORDS}
+    if len(found) == 1:
+        return found.pop()
+    return _SPLIT_WORDS.get(path.parent.name.lower()) if not found else None
+
+
+def paper_caution(dataset: str, source: dict[str, Any]) -> str:
+    """A caution for the paper's columns of ``dataset`` when the user's questions come from another split."""
+    if dataset not in {d for d, _ in PAPER_TABLE4} or source.get("named"):
+        return ""
+    split = source.get("split")
+    if split == PAPER_SPLIT:
+        return ""
+    title = DATASET_TITLES.get(dataset, dataset)
+    theirs = (f"the {split} split" if split else "a split its name does not tell") + f" ({Path(source['file']).name})"
+    return (f"Caution: the paper's {title} figures were measured on {title}'s {PAPER_SPLIT} split; the {dataset} "
+            f"questions here come from {theirs}, so the two columns measure different questions.")
+
+
 def row_label(method: str, base: str) -> str:
     """The key of a table row: ``bm25``/``sm``/``hybrid`` alone, a DR-RAG strategy with its base (``cfs:dense``)."""
     return method if method in TOP_K else f"{method}:{base}"
@@ -224,6 +257,83 @@ def selected(trace: Trace, key: str = "passage_ids") -> list[str]:
     return list(events[-1].payload[key])
 
 
+CHECKPOINT_VERSION = 1
+
+
+class Checkpoint:
+    """The finished measurements of one retrieval-metrics run, appended to a JSON-lines file as each finishes.
+
+    A run over hundreds of questions takes minutes to hours on a busy machine; stopped (Ctrl-C,
+    SIGTERM, a crash), it keeps what it measured, and the same command finds the file again by its
+    settings key and measures only the rest. The first line holds the key (question files'
+    fingerprints, methods, k, retrievers, classifier, model): a file of other settings is not
+    reused. The file is removed once the run completes.
+    """
+
+    def __init__(self, folder: Path | None, key: str, say: Progress) -> None:
+        import json
+
+        self.path = folder / f"retrieval-metrics-{key}.jsonl" if folder is not None else None
+        self.done: dict[str, dict[str, Any]] = {}
+        self.added = 0
+        self._stream = None
+        if self.path is None:
+            return
+        if self.path.is_file():
+            lines = self.path.read_text(encoding="utf-8").splitlines()
+            head: dict[str, Any] = {}
+            for n, line in enumerate(lines):
+                try:
+                    record = json.loads(line)
+                    if n == 0:
+                        head = record
+                    else:
+                        self.done[record.pop("key")] = record
+                except (ValueError, KeyError, AttributeError, TypeError):  # a line cut by a kill: skipped
+                    continue
+            if isinstance(head, dict) and head.get("key") == key and head.get("version") == CHECKPOINT_VERSION:
+                say(f"resuming: {len(self.done)} measurements kept in {self.path}")
+            else:
+                self.done = {}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._stream = open(self.path, "w" if not self.done else "a", encoding="utf-8")  # noqa: SIM115
+        if not self.done:
+            self._stream.write(json.dumps({"key": key, "version": CHECKPOINT_VERSION}) + "\n")
+            self._stream.flush()
+
+    def get(self, *key: Any) -> dict[str, Any] | None:
+        return self.done.get(_record_key(key))
+
+    def add(self, record: dict[str, Any], *key: Any) -> dict[str, Any]:
+        import json
+
+        self.done[_record_key(key)] = record
+        self.added += 1
+        if self._stream is not None:
+            self._stream.write(json.dumps({"key": _record_key(key), **record}) + "\n")
+            self._stream.flush()
+        return record
+
+    def close(self, *, complete: bool) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+        if complete and self.path is not None:
+            self.path.unlink(missing_ok=True)
+
+
+def _record_key(key: tuple[Any, ...]) -> str:
+    return "\t".join(str(part) for part in key)
+
+
+def checkpoint_key(parts: dict[str, Any]) -> str:
+    """A short hash of everything the measurements depend on."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 @dataclass
 class Report:
     """Everything the markdown shows, gathered by :func:`measure`."""
@@ -249,6 +359,9 @@ class Report:
     command: str = ""
     # label -> {"title", "file", "format"} of every question set, in table order
     sources: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: Set when the run was stopped: (measurements done, measurements asked); the tables hold the done part.
+    stopped: tuple[int, int] | None = None
+    checkpoint: str | None = None  # the file the finished measurements are kept in while the run is not complete
 
     @property
     def order(self) -> list[str]:
@@ -270,8 +383,14 @@ def measure(data_dir: Path, *, methods: Sequence[str] = DEFAULT_METHODS, ks: Seq
             limit: int | None = None, blend_limit: int | None = None, blend_k: int = 5, model: str = "embedded",
             classifier_path: str = "", progress: Progress | None = None, bases: Sequence[str] = ("dense",),
             embedder: str | None = None, retriever_options: dict[str, Any] | None = None,
-            sources: Sequence[DatasetSource] | None = None) -> Report:
-    """Score every asked row; ``bases`` are the retrievers DR-RAG's strategies and BlendFilter run on."""
+            sources: Sequence[DatasetSource] | None = None, checkpoint_dir: Path | None = None,
+            on_measure: Callable[[], None] | None = None) -> Report:
+    """Score every asked row; ``bases`` are the retrievers DR-RAG's strategies and BlendFilter run on.
+
+    With ``checkpoint_dir`` every finished measurement is kept there as it finishes (:class:`Checkpoint`), and a
+    rerun with the same settings measures only what is missing. A stop (Ctrl-C, SIGTERM, or an exception from
+    ``on_measure``, which is called after each new measurement) returns the report of what was measured, with
+    ``stopped`` set, instead of losing it."""
     say = progress or (lambda _m: None)
     sources = list(sources) if sources is not None else default_sources(data_dir)
     bm25 = pooled_corpus(data_dir, say, sources)
@@ -282,7 +401,8 @@ def measure(data_dir: Path, *, methods: Sequence[str] = DEFAULT_METHODS, ks: Seq
     report = Report(corpus={"paragraphs": describe["documents"], "passages": describe["passages"]}, ks=tuple(ks),
                     k2=k2, counts=dict(Counter(i.dataset for i in items)), blend_k=blend_k, bases=tuple(bases),
                     sources={s.label: {"title": DATASET_TITLES.get(s.label, s.label) if s.named else s.label,
-                                       "file": str(s.path), "format": s.format} for s in sources})
+                                       "file": str(s.path), "format": s.format, "named": s.named,
+                                       "split": PAPER_SPLIT if s.named else split_of(s.path)} for s in sources})
     for name, r in retrievers.items():
         d = r.describe()  # type: ignore[attr-defined]
         report.retrievers[name] = {k: d.get(k) for k in ("retriever", "embedder", "index_type", "index_fingerprint",
@@ -310,31 +430,67 @@ def measure(data_dir: Path, *, methods: Sequence[str] = DEFAULT_METHODS, ks: Seq
             if dense is not None and dense.encoder is clf.encoder and not any(clf.encoder.prompts().values()):
                 clf.encoder.remember([p.as_context() for p in dense.corpus.passages], dense.matrix)
             _encode_all(clf.encoder, bm25, items, say)
-    for method in wanted:
-        for base in ([TOP_K_BASE[method]] if method in TOP_K else list(bases)):
+    blend_limit = blend_limit if blend_limit is not None else limit
+    plan = [(method, base) for method in wanted for base in ([TOP_K_BASE[method]] if method in TOP_K else bases)]
+    blend_items = [i for name in report.order for i in [x for x in items if x.dataset == name][:blend_limit]]
+    asked = len(plan) * len(ks) * len(items) + (len(bases) * len(blend_items) if "blendfilter" in methods else 0)
+    checkpoint = Checkpoint(checkpoint_dir, checkpoint_key({
+        "sources": {s.label: s.fingerprint() for s in sources}, "methods": list(methods), "ks": list(ks), "k2": k2,
+        "limit": limit, "blend_limit": blend_limit, "blend_k": blend_k, "model": model, "bases": list(bases),
+        "retrievers": report.retrievers, "classifier": report.classifier}), say)
+    report.checkpoint = str(checkpoint.path) if checkpoint.path else None
+
+    def measured(record: dict[str, Any], *key: Any) -> dict[str, Any]:
+        return checkpoint.add(record, *key)
+
+    def notify(new: bool) -> None:  # after the measurement is in the tables too
+        if new and on_measure is not None:
+            on_measure()
+
+    try:
+        for method, base in plan:
             retriever, label = retrievers[base], row_label(method, base)
-            started = time.perf_counter()
+            spent = 0.0
             for k in ks:
                 for item in items:
-                    if method in TOP_K:
-                        kept, pool, extra = [h.passage.id for h in retriever.search(item.question, k)], None, {}
-                    else:
-                        trace = drrag_trace(retriever, item.question, method, k, k2=k2,
-                                            classifier_path=classifier_path)
-                        event = trace.of_kind("selection")[-1].payload
-                        kept, pool = event["passage_ids"], _candidates(event)
-                        extra = {"pairs": float(event["pairs_judged"])}
-                    report.rows.setdefault((label, k, item.dataset), Row()).add(item.gold, kept, pool, **extra)
-                    if item.qid in heldout:
-                        report.heldout_rows.setdefault((label, k, item.dataset), Row()).add(item.gold, kept, pool,
-                                                                                              **extra)
-            report.seconds[label] = time.perf_counter() - started
-            say(f"{label}: {report.seconds[label]:.1f} s for {len(items)} questions x k in {list(ks)}")
-    if "blendfilter" in methods:
-        for base in bases:
-            _blendfilter(report, retrievers[base], base, items, blend_limit if blend_limit is not None else limit,
-                         blend_k, model, say, order=report.order)
+                    saved = checkpoint.get("row", label, k, item.dataset, item.qid)
+                    new = saved is None
+                    if saved is None:
+                        started = time.perf_counter()
+                        saved = _measure_one(retriever, method, item, k, k2, classifier_path)
+                        saved["s"] = time.perf_counter() - started
+                        measured(saved, "row", label, k, item.dataset, item.qid)
+                    spent += saved["s"]
+                    for rows in ([report.rows, report.heldout_rows] if item.qid in heldout else [report.rows]):
+                        rows.setdefault((label, k, item.dataset), Row()).add(item.gold, saved["kept"],
+                                                                             saved["pool"], **saved["extra"])
+                    notify(new)
+            report.seconds[label] = spent
+            say(f"{label}: {spent:.1f} s for {len(items)} questions x k in {list(ks)}")
+        if "blendfilter" in methods:
+            for base in bases:
+                _blendfilter(report, retrievers[base], base, blend_items, blend_k, model, say, checkpoint, measured,
+                             notify)
+    except KeyboardInterrupt:
+        checkpoint.close(complete=False)
+        report.stopped = (len(checkpoint.done), asked)
+        say(f"stopped: {len(checkpoint.done)} of {asked} measurements done"
+            + (f", kept in {checkpoint.path}; the same command goes on from there" if checkpoint.path else ""))
+        return report
+    checkpoint.close(complete=True)
+    report.checkpoint = None
     return report
+
+
+def _measure_one(retriever: Retriever, method: str, item: Item, k: int, k2: int,
+                 classifier_path: str) -> dict[str, Any]:
+    """One question at one k for one strategy: the passages kept, those retrieved on the way, and DR-RAG's pairs."""
+    if method in TOP_K:
+        return {"kept": [h.passage.id for h in retriever.search(item.question, k)], "pool": None, "extra": {}}
+    trace = drrag_trace(retriever, item.question, method, k, k2=k2, classifier_path=classifier_path)
+    event = trace.of_kind("selection")[-1].payload
+    return {"kept": list(event["passage_ids"]), "pool": _candidates(event),
+            "extra": {"pairs": float(event["pairs_judged"])}}
 
 
 def _encode_all(encoder: Any, retriever: Retriever, items: list[Item], say: Progress) -> None:
@@ -354,33 +510,51 @@ def _encode_all(encoder: Any, retriever: Retriever, items: list[Item], say: Prog
         f"({len(texts) - len(todo)} were in the classifier's store)")
 
 
-def _blendfilter(report: Report, retriever: Retriever, base: str, items: list[Item], limit: int | None, k: int,
-                 model: str, say: Progress, order: Sequence[str] = DATASETS) -> None:
+def _blendfilter(report: Report, retriever: Retriever, base: str, chosen: list[Item], k: int, model: str,
+                 say: Progress, checkpoint: Checkpoint, measured: Callable[..., dict[str, Any]],
+                 notify: Callable[[bool], None]) -> None:
     from explorer.runtime import corpus_facts, open_engine
 
-    engine = open_engine(model, progress=say)
-    report.model = engine.fingerprint()
-    runtime = Runtime(engine=engine, retriever=retriever, corpus=corpus_facts(retriever, "hotpotqa+musique-dev"))
-    chosen = [i for name in order for i in [x for x in items if x.dataset == name][:limit]]
-    started = time.perf_counter()
+    runtime: Runtime | None = None
+    spent = 0.0
     for n, item in enumerate(chosen, start=1):
-        trace = run_question("blendfilter", item.question, runtime, config={"top_k": k},
-                             gold={"answers": list(item.answers), "gold_passages": list(item.gold)})
-        if trace.status != "complete":
-            report.skipped.append(f"BlendFilter ({base}) on {item.dataset} {item.qid}: {trace.error}")
-            continue
-        scores = answer_scores(trace.answer or "", list(item.answers))
-        before = selected(trace, "before_filter")
-        report.blend.setdefault((base, "before", item.dataset), Row()).add(item.gold, before)
-        report.blend.setdefault((base, "after", item.dataset), Row()).add(
-            item.gold, selected(trace), before, llm_calls=float(trace.costs.llm_calls),
-            retrievals=float(trace.costs.retrievals), em=scores["em"], f1=scores["f1"],
-            seconds=trace.costs.total_time)
-        report.statuses.update(e.payload["status"] for e in trace.of_kind("filter"))
-        say(f"blendfilter ({base}) {n}/{len(chosen)} ({item.dataset} {item.qid}): {trace.costs.total_time:.1f} s, "
-            f"kept {len(selected(trace))} of {len(before)}")
+        saved = checkpoint.get("blendfilter", base, item.dataset, item.qid)
+        new = saved is None
+        if saved is None:
+            if runtime is None:  # the model loads only when something is left to run
+                engine = open_engine(model, progress=say)
+                report.model = engine.fingerprint()
+                runtime = Runtime(engine=engine, retriever=retriever,
+                                  corpus=corpus_facts(retriever, "hotpotqa+musique-dev"))
+            saved = measured(_blend_one(runtime, item, k), "blendfilter", base, item.dataset, item.qid)
+            say(f"blendfilter ({base}) {n}/{len(chosen)} ({item.dataset} {item.qid}): {saved['seconds']:.1f} s"
+                + (f", kept {len(saved['after'])} of {len(saved['before'])}" if saved["error"] is None else ""))
+        report.model = report.model or saved.get("model")
+        spent += saved["seconds"]
+        if saved["error"] is not None:
+            report.skipped.append(f"BlendFilter ({base}) on {item.dataset} {item.qid}: {saved['error']}")
+        else:
+            report.blend.setdefault((base, "before", item.dataset), Row()).add(item.gold, saved["before"])
+            report.blend.setdefault((base, "after", item.dataset), Row()).add(
+                item.gold, saved["after"], saved["before"], **saved["extra"])
+            report.statuses.update(saved["statuses"])
+        notify(new)
     report.blend_counts = dict(Counter(i.dataset for i in chosen))
-    report.seconds[f"blendfilter:{base}"] = time.perf_counter() - started
+    report.seconds[f"blendfilter:{base}"] = spent
+
+
+def _blend_one(runtime: Runtime, item: Item, k: int) -> dict[str, Any]:
+    """One BlendFilter run on one question: its unions before and after the filter, costs and answer scores."""
+    trace = run_question("blendfilter", item.question, runtime, config={"top_k": k},
+                         gold={"answers": list(item.answers), "gold_passages": list(item.gold)})
+    out: dict[str, Any] = {"error": None, "seconds": trace.costs.total_time, "model": runtime.engine.fingerprint()}
+    if trace.status != "complete":
+        return {**out, "error": trace.error}
+    scores = answer_scores(trace.answer or "", list(item.answers))
+    return {**out, "before": selected(trace, "before_filter"), "after": selected(trace),
+            "extra": {"llm_calls": float(trace.costs.llm_calls), "retrievals": float(trace.costs.retrievals),
+                      "em": scores["em"], "f1": scores["f1"], "seconds": trace.costs.total_time},
+            "statuses": [e.payload["status"] for e in trace.of_kind("filter")]}
 
 
 # -- markdown ---------------------------------------------------------------------------------------------------
@@ -459,12 +633,16 @@ def _strategy_tables(report: Report) -> list[str]:
     lines: list[str] = []
     if not labels:
         return lines
-    head = "| k | strategy | " + " | ".join(f"{report.title(d)} recall | given | paper recall | paper given"
-                                            for d in datasets) + " |"
+    cautions = {d: paper_caution(d, report.sources.get(d, {})) for d in datasets}
+    mark = {d: " ⚠" if cautions[d] else "" for d in datasets}
+    head = "| k | strategy | " + " | ".join(f"{report.title(d)} recall | given | paper recall{mark[d]} | paper "
+                                            f"given{mark[d]}" for d in datasets) + " |"
     lines += ["## DR-RAG retrieval strategies beside the paper's table 4", "",
-              "The paper's columns are its Table 4 (its own corpus and retrievers; QDC, CIS and CFS there are "
-              "built on SM). Compare rows of the same base retriever.", "", head,
-              "|" + "---|" * (2 + 4 * len(datasets))]
+              f"The paper's columns are its Table 4 (its own corpus and retrievers, on each dataset's "
+              f"{PAPER_SPLIT} split; QDC, CIS and CFS there are built on SM). Compare rows of the same base "
+              "retriever.", ""]
+    lines += [f"⚠ {c}" for c in cautions.values() if c]
+    lines += ([""] if any(cautions.values()) else []) + [head, "|" + "---|" * (2 + 4 * len(datasets))]
     for k in report.ks:
         for label in labels:
             cells = []
@@ -555,6 +733,11 @@ def _blend_section(report: Report) -> list[str]:
 
 def render_markdown(report: Report) -> str:
     lines = [*_intro_lines(report), *_strategy_tables(report), *_heldout_table(report), *_blend_section(report)]
+    if report.stopped is not None:
+        done, asked = report.stopped
+        lines[1:1] = ["", f"**Partial: the run was stopped after {done} of {asked} measurements; the tables hold "
+                          "those.** The same command measures the rest" + (f" (kept in {report.checkpoint})."
+                                                                           if report.checkpoint else ".")]
     if report.skipped:
         lines += ["Not measured:", *[f"- {s}" for s in report.skipped], ""]
     timing = ", ".join(f"{m} {s:.1f} s" for m, s in report.seconds.items())

@@ -20,7 +20,9 @@ What makes long evaluations safe on a shared machine:
   (Ctrl-C or any exception) writes the finished runs still pending and marks the evaluation
   ``interrupted``; a process killed outright loses at most the runs of one unwritten batch;
 - a rerun under the same name skips every (dataset, question, method, variant, config) already
-  stored as complete, so it resumes, and it may add datasets, methods or questions;
+  stored as complete, so it resumes, and it may add methods or questions; a question source the
+  evaluation does not have is refused unless it is given to be added (``--add-dataset``), since the
+  sources are part of what an evaluation is;
 - each run is seeded from the evaluation seed and the run's own key, so a run's result does not
   depend on which runs came before it: a resumed evaluation equals an uninterrupted one;
 - each dataset is recorded with its file, format and a content fingerprint, and a resume that
@@ -43,6 +45,7 @@ import json
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from explorer.errors import ConfigError, ExplorerError
@@ -106,6 +109,10 @@ class EvalSettings:
     #: RetrieverConfig.recorded() of the retriever (None: BM25); part of the identity, so one
     #: evaluation never mixes retrievers and two evaluations can be compared across them.
     retriever: dict[str, Any] | None = None
+    #: Question sources this run may add to a stored evaluation (``--add-dataset``). An evaluation's
+    #: sources are part of what it is: a source under ``datasets`` that a stored evaluation does not
+    #: have is refused, so another file never joins a table by a slip of the command line.
+    add_datasets: list[str] = field(default_factory=list)
 
     @property
     def retriever_config(self) -> dict[str, Any]:
@@ -119,7 +126,8 @@ class EvalSettings:
                 "seed": self.seed, "retriever": self.retriever_config}
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.identity(), "datasets": {d: {"limit": self.limit} for d in self.datasets},
+        return {**self.identity(), "datasets": {d: {"limit": self.limit} for d in [*self.datasets,
+                                                                                 *self.add_datasets]},
                 "arms": [{"method": a.method, "variant": a.variant, "set": a.given} for a in self.arms],
                 "sweep": self.sweep, "data_dir": self.data_dir, "dataset_format": self.dataset_format,
                 "attn": self.attn}
@@ -266,6 +274,35 @@ def _check_sources(stored: dict[str, Any], settings: EvalSettings, described: di
                             fix="; or ".join(fixes))
 
 
+def _check_new_sources(stored: dict[str, Any], settings: EvalSettings, sources: list[Any], added: set[str]) -> None:
+    """Refuse a question source the stored evaluation does not have unless it was given to be added.
+
+    An evaluation's sources are part of its identity: its tables compare methods on those
+    questions, so a file joins it only when the user says so (``--add-dataset``)."""
+    from explorer.options import usage
+
+    held = stored.get("datasets") or {}
+    if not held:
+        return
+    new = [s for s in sources if s.label not in held and s.label not in added]
+    if not new:
+        return
+    has = "; ".join(f"{label} ({Path(str((info or {}).get('file') or label)).name})" for label, info in held.items())
+    names = ", ".join(f"{s.label} ({s.path.name})" for s in new)
+    specs = ",".join(s.spec for s in new)
+    one = len(new) == 1
+    fixes = []
+    add = usage("add_dataset", specs)
+    if add:
+        fixes.append(f"add {'it' if one else 'them'} to this evaluation explicitly: {add} (in place of "
+                     f"{usage('dataset', specs) or 'the dataset'})")
+    new_name = usage("name", "NEW_NAME") or "another name"
+    fixes.append(f"keep {'it' if one else 'them'} apart in a new evaluation: {new_name}")
+    raise ExplorerError(f"evaluation {settings.name!r} holds the questions of {has}; {names} {'is' if one else 'are'} "
+                        "not among its question sources, and an evaluation's sources are part of what it is",
+                        fix="; or ".join(fixes))
+
+
 def _merge(stored: dict[str, Any] | None, settings: EvalSettings, resolved: dict[Arm, dict[str, Any]],
            model_name: str, described: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """The evaluation's settings after this run: old and new arms and datasets together.
@@ -306,7 +343,8 @@ def _merge(stored: dict[str, Any] | None, settings: EvalSettings, resolved: dict
     for d in settings.datasets:
         old_limit = (datasets.get(d) or {}).get("limit", 0)
         limit = None if settings.limit is None or old_limit is None else max(old_limit, settings.limit)
-        datasets[d] = {**(datasets.get(d) or {}), **described.get(d, {}), "limit": limit}
+        asked = max(int((datasets.get(d) or {}).get("asked") or 0), int(described.get(d, {}).get("asked") or 0))
+        datasets[d] = {**(datasets.get(d) or {}), **described.get(d, {}), "limit": limit, "asked": asked}
     merged["datasets"] = datasets
     sweep = stored.get("sweep") or settings.sweep
     if stored.get("sweep") and settings.sweep and stored["sweep"].get("param") == settings.sweep.get("param"):
@@ -400,6 +438,10 @@ def run_evaluation(settings: EvalSettings, store: Any, *, runtime: Runtime | Non
     say = progress or (lambda m: print(m, file=sys.stderr, flush=True))
     if not settings.arms:
         raise ConfigError("no methods to run", where="--methods", fix="give one or more methods")
+    if runtime is None:  # a method the model set-up cannot serve is refused before a model loads
+        from explorer.methods.fit import check_before_loading
+
+        check_before_loading([(a.method, a.variant) for a in settings.arms], settings.model, settings.attn)
     executor = _executor(settings, runtime, cluster, say)
     with EvaluationLock(store.path, settings.name) as lock:
         note = lock.stale_note()
@@ -442,15 +484,19 @@ def _run_evaluation(settings: EvalSettings, store: Any, executor: Executor, *,
 
 def _plan(settings: EvalSettings, store: Any, executor: Executor) -> _Plan:
     """Read the questions, check a resume against what is stored, store the merged settings, list the runs left."""
-    sources = resolve_sources(settings.datasets, fmt=settings.dataset_format, data_dir=settings.data_dir)
-    settings.datasets = [s.label for s in sources]
+    sources = resolve_sources([*settings.datasets, *settings.add_datasets], fmt=settings.dataset_format,
+                              data_dir=settings.data_dir)
+    added = {s.label for s in resolve_sources(settings.add_datasets, fmt=settings.dataset_format,
+                                              data_dir=settings.data_dir)} if settings.add_datasets else set()
+    settings.datasets, settings.add_datasets = [s.label for s in sources], []
     questions: dict[str, list[Question]] = {s.label: s.load(settings.limit) for s in sources}
-    described = {s.label: s.describe() for s in sources}
+    described = {s.label: {**s.describe(), "asked": len(questions[s.label])} for s in sources}
     existing = store.evaluation(settings.name)
     stored = existing["settings"] if existing else None
     if stored is not None:
         _check_identity(stored, settings)
         _check_sources(stored, settings, described)
+        _check_new_sources(stored, settings, sources, added)
     # Configs resolve against the model's name (its preset); a resume that has nothing left to do
     # takes the name from the stored settings and never loads the model.
     model_name = (stored or {}).get("model_name")

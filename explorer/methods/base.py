@@ -36,6 +36,10 @@ class Method:
     Config: ClassVar[type[Config]]
     #: Per variant, config values that differ from the paper's because that variant's code differs.
     variant_defaults: ClassVar[dict[str, dict[str, Any]]] = {}
+    #: What the method needs of the model beyond generating: ``attention_weights`` (it reads the attention of
+    #: a layer). Checked before the model loads where that can be told (:mod:`explorer.methods.fit`) and
+    #: before the run starts otherwise, so a run never fails half way for it.
+    needs: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, *, name: str | None = None, title: str | None = None,
                           config: type[Config] | None = None, variants: tuple[str, ...] | None = None,
@@ -178,6 +182,8 @@ def run_question(method: str, question: str, runtime: Runtime, *, variant: str |
         prepare(trace, rec, cfg)
     start = time.perf_counter()
     try:
+        if "attention_weights" in cls.needs and getattr(runtime.engine, "probe", None) is not None:
+            runtime.engine.probe.require(f"{cls.name} ({variant})")
         cls(cfg, runtime, variant).run(question, rec)
         trace.status = "complete"
     except Cancelled:

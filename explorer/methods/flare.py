@@ -133,7 +133,7 @@ class Flare(Method, name="flare", config=FlareConfig, variants=("paper", "refere
                                               rules.MAX_QUERY_TOKENS)
                 hits, retrieval = common.search(rec, self.retriever, query, cfg.top_k, source="masked-sentence",
                                                 masked=decision.masked_tokens, sentence=decision.masked_sentence)
-                segments = prompts.build_prompt(question, shots=shots, hits=hits,
+                segments = prompts.build_prompt(question, shots=shots, hits=hits, after_search=True,
                                                 answer_raw=" " + text + " " + kept.strip())
                 regen = common.generate_reference(engine, rec, segments, max_new_tokens=cfg.max_length,
                                                   purpose="continuation")

@@ -119,15 +119,17 @@ def context_block(hits: Sequence[Hit]) -> str:
 
 
 def build_prompt(question: str, *, shots: str, hits: Sequence[Hit] = (), answer_so_far: str = "",
-                 answer_raw: str | None = None) -> Segments:
+                 answer_raw: str | None = None, after_search: bool = False) -> Segments:
     """Exemplars, optional context, the question and the answer written so far, as labelled segments.
 
     The answer so far follows ``Answer:`` after one space, stripped. ``answer_raw`` instead appends
     that exact text (spaces included), for the reference variants, whose prompts keep the spacing
-    the authors' string joins produce.
+    the authors' string joins produce. ``after_search`` keeps the ``Context:`` line and its
+    instruction when a search found nothing, as the authors' code does after every search (it
+    fills the list with empty passages, which are left out here); otherwise no passages, no block.
     """
     segments: Segments = [("exemplars", shots)] if shots else []
-    if hits:
+    if hits or after_search:
         segments.append(("context", context_block(hits)))
     segments.append(("question_label", "Question: "))
     segments.append(("question", question.strip()))

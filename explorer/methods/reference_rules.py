@@ -180,7 +180,7 @@ class QueryWords:
 
 
 def real_words_query(words: Sequence[tuple[int, int, str]], attention: np.ndarray, current: int,
-                     hits: Sequence[bool], top_n: int, real: set[str]) -> QueryWords:
+                     hits: Sequence[bool], top_n: int, real: set[str], *, row_offset: int = 0) -> QueryWords:
     """The authors' ``keep_real_words``, given the re-encoded text's words and last-layer attention.
 
     ``words`` are ``(first token, end token, text)`` of the re-encoded text; ``attention`` is the
@@ -190,20 +190,24 @@ def real_words_query(words: Sequence[tuple[int, int, str]], attention: np.ndarra
     and summed per word; those vectors are averaged over the flagged words (all NaN when no word is
     flagged, where the code divides by zero). Words that contain a real word and are not flagged
     themselves are ranked by that weight; the top n go back in text order.
+
+    Only the flagged sentence's rows are read, so ``attention`` may hold just the rows from
+    ``row_offset`` on (row ``r`` of it is position ``row_offset + r``; the keys are all positions).
     """
-    n_tokens = attention.shape[0]
-    per_word = []
-    for first, end, _text in words:
+    n_tokens = attention.shape[1]
+    start = len(words) - current
+    per_word: dict[int, list[float]] = {}
+    for index in range(max(start, 0), len(words)):
+        first, end, _text = words[index]
         acc = np.zeros(n_tokens, dtype=np.float64)
         for i in range(first, end):
             if i == 0:
                 continue
-            row = attention[i - 1, :first]
+            row = attention[i - 1 - row_offset, :first]
             with np.errstate(divide="ignore", invalid="ignore"):
                 acc[:first] += row / row.sum()
         acc /= end - first
-        per_word.append([float(acc[a:b].sum()) for a, b, _ in words])
-    start = len(words) - current
+        per_word[index] = [float(acc[a:b].sum()) for a, b, _ in words]
     rows = [per_word[start + i] for i, hit in enumerate(hits) if hit and start + i < len(words)]
     note = None
     if rows:

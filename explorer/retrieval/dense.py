@@ -1,10 +1,10 @@
 """Dense retrieval: passages and queries as unit-length sentence embeddings, nearest by cosine.
 
-The passage matrix is computed once per (corpus, model) in batches with a progress bar and kept
-on disk beside the BM25 index (``<cache>/indexes/<name>-<source>.dense-<key>/``). The key hashes
-the corpus fingerprint (every passage's id, title and text), the model's files, its prompts and
-its maximum sequence length, so a changed corpus or another model gets a fresh matrix and an
-unchanged one is reused, whatever process built it.
+The passage matrix is computed once per (passages, model) in batches with a progress bar and kept
+on disk beside the BM25 index (``<cache>/indexes/dense-<key>/``). The key hashes the passages'
+texts as they are embedded, the model's files, its prompts and its maximum sequence length, and
+nothing of the corpus's name or file: a changed corpus or another model gets a fresh matrix, and
+the same passages are embedded once whatever process, command or file built them.
 
 Search is exact (one matrix-vector product and a top-k selection) up to ``exact_limit``
 passages; above it a faiss index takes over (IVF by default: ~sqrt(N) k-means cells, ``nprobe``
@@ -24,6 +24,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import threading
 import time
 import uuid
@@ -39,10 +40,9 @@ import numpy as np
 from explorer.errors import ConfigError, CorpusError
 from explorer.paths import cache_dir, portable_path
 from explorer.retrieval.base import Hit, Passage
-from explorer.retrieval.bm25 import _slug
 from explorer.retrieval.corpora import Corpus
 from explorer.retrieval.embeddings import TextEncoder, model_fingerprint
-from explorer.retrieval.index_cache import load_stored, prune_stale, store_folder
+from explorer.retrieval.index_cache import load_stored, store_folder
 
 Progress = Callable[[str], None]
 INDEX_KINDS = ("auto", "exact", "flat", "ivf", "hnsw")
@@ -90,18 +90,39 @@ def faiss_module() -> Any | None:
 
 
 def dense_key(corpus: Corpus, encoder: TextEncoder) -> str:
-    """What the passage matrix depends on: the passages, the model's files and how texts are fed to it."""
-    payload = json.dumps({"fingerprint": corpus.fingerprint, "passages": len(corpus),
+    """What the passage matrix depends on, and nothing else: the texts as they are embedded (in order), the
+    model's files and how texts are fed to it.
+
+    Not the corpus's name, file or passage ids: the same passages pooled by ``retrieval-metrics`` and
+    written by ``corpus build`` (or copied to another folder) are one matrix, embedded once."""
+    texts = blake2b(digest_size=16)
+    for passage in corpus.passages:
+        piece = passage.as_context().encode("utf-8")
+        texts.update(len(piece).to_bytes(8, "little"))
+        texts.update(piece)
+    payload = json.dumps({"texts": texts.hexdigest(), "passages": len(corpus),
                           "model": model_fingerprint(encoder.path), "prompts": encoder.prompts(),
                           "max_seq_length": encoder.max_seq_length, "format": DENSE_FORMAT_VERSION}, sort_keys=True)
     return blake2b(payload.encode(), digest_size=12).hexdigest()
 
 
 def dense_dir_for(corpus: Corpus, key: str) -> Path:
-    """``<cache>/indexes/<name>-<source hash>.dense-<key>``: beside the corpus's BM25 indexes, but
-    named so that BM25's clean-up of stale indexes never takes it for one of its own."""
-    source = blake2b(str(corpus.source).encode(), digest_size=3).hexdigest()
-    return cache_dir("indexes") / f"{_slug(corpus.name)}-{source}.dense-{key}"
+    """``<cache>/indexes/dense-<key>``: named by content alone (:func:`dense_key`), beside the BM25 indexes,
+    whose clean-up never takes it for one of its own."""
+    return cache_dir("indexes") / f"dense-{key}"
+
+
+def _prune_replaced(final: Path, source: str) -> None:
+    """Remove the matrices stored for earlier contents of the same corpus file (another key, same source)."""
+    for other in final.parent.glob("dense-*"):
+        if other == final or not other.is_dir():
+            continue
+        try:
+            meta = json.loads((other / META_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # another process is writing it, or a leftover the loader clears
+        if meta.get("source") == source:
+            shutil.rmtree(other, ignore_errors=True)
 
 
 def embed_passages(passages: list[Passage], encoder: TextEncoder, *, batch_size: int = 64,
@@ -109,13 +130,14 @@ def embed_passages(passages: list[Passage], encoder: TextEncoder, *, batch_size:
     """The (N, dim) float32 matrix of unit passage vectors, computed in length-sorted chunks.
 
     Sorting by length keeps padding (wasted work) small; each chunk is written back to its
-    passages' rows, so row i is passage i."""
+    passages' rows, so row i is passage i. A chunk is one encoder batch, so the progress bar moves
+    every ``batch_size`` passages (a few seconds on a busy CPU), not once a minute."""
     from tqdm import tqdm
 
     texts = [p.as_context() for p in passages]
     out = np.empty((len(texts), encoder.dim), dtype=np.float32)
     order = np.argsort([len(t) for t in texts], kind="stable")
-    chunk = max(256, batch_size * 16)
+    chunk = batch_size
     with tqdm(total=len(texts), desc="embedding", unit=" passages", disable=not show_progress, leave=False,
               delay=0.5) as bar:
         for start in range(0, len(texts), chunk):
@@ -248,13 +270,13 @@ class DenseRetriever:
 
         meta = {**self._meta(), "embed_seconds": round(self.embed_seconds, 2)}
         if store_folder(self.index_path, write, meta, META_FILE, "passage embeddings"):
-            prune_stale(self.index_path, self.key, self.corpus.fingerprint, META_FILE)
+            _prune_replaced(self.index_path, str(self.corpus.source))
 
     def _load_cached(self) -> np.ndarray | None:
         assert self.index_path is not None
 
         def read(meta: dict) -> np.ndarray:
-            if meta.get("key") != self.key or meta.get("fingerprint") != self.corpus.fingerprint:
+            if meta.get("key") != self.key:
                 raise ValueError("the stored embeddings belong to other passages or another model")
             matrix = np.load(self.index_path / EMBEDDINGS_FILE, allow_pickle=False)
             if matrix.dtype != np.float32 or matrix.shape != (self._n, self.encoder.dim):

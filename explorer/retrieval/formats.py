@@ -286,6 +286,14 @@ def shape_of(where: str, record: Any) -> str:
         if "text" in record or "contents" in record:
             return "passages"
         keys = ", ".join(sorted(map(str, record))[:8])
+        if {str(k).lower() for k in record} & {"question", "query"}:
+            file = where.rsplit(":", 1)[0] if where.rsplit(":", 1)[-1].isdigit() else where
+            raise CorpusError(f"this is a question file, not a corpus: its records hold questions ({keys}) and no "
+                              "passage text", where=where,
+                              fix=f"ask its questions with `python -m explorer eval --dataset {file} --corpus CORPUS "
+                                  "--methods wo,sr,dragin` (CORPUS: the passages to search, e.g. demo or your corpus "
+                                  f"file); `python -m explorer corpus build --dataset {file}` pools the paragraphs of "
+                                  "question files whose records carry them (HotpotQA, 2Wiki, MuSiQue, NQ)")
         raise CorpusError(f"cannot tell the format from the keys ({keys}): a passage needs a 'text' key",
                           where=where, fix=_shape_fix())
     raise CorpusError(f"expected a JSON object, found {type(record).__name__}", where=where, fix=_shape_fix())

@@ -81,7 +81,8 @@ def load_view(store: Any, name: str, scores: EvaluationScores | None = None) -> 
     if evaluation is None:
         return None
     scores = scores or score_evaluation(store, name)
-    lines = [f"**Evaluation {_escape(name)}**", "", *(f"- {_escape(line[2:])}" for line in _settings_lines(evaluation))]
+    lines = [f"**Evaluation {_escape(name)}**", "",
+             *(f"- {_escape(line[2:])}" for line in _settings_lines(evaluation, scores))]
     if not scores.runs:
         lines += ["", "No runs stored yet."]
     else:

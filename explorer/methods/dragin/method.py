@@ -71,6 +71,8 @@ def reference_word_scores(token_texts: list[str], special: list[bool], entropies
 
 @register
 class Dragin(Method, name="dragin", title="DRAGIN (RIND + QFS)", config=DraginConfig, variants=("paper", "reference")):
+    needs = ("attention_weights",)  # amax and RIND read the last attention layer, QFS its row of the trigger
+
     def run(self, question: str, rec: TraceRecorder) -> None:
         if self.variant == "paper":
             text, hits = self._run_paper(question, rec)
@@ -147,7 +149,7 @@ class Dragin(Method, name="dragin", title="DRAGIN (RIND + QFS)", config=DraginCo
                     rec.add("note", message=result.note, level="defect")
                 hits, retrieval = common.search(rec, self.retriever, result.query, cfg.top_k, source="qfs-reference",
                                                 sentence=decision.sentence, **result.details())
-                segments = prompts.build_prompt(question, shots=shots, hits=hits,
+                segments = prompts.build_prompt(question, shots=shots, hits=hits, after_search=True,
                                                 answer_raw=rules.after_case(text, kept.strip()))
                 regen = common.generate_reference(engine, rec, segments, max_new_tokens=cfg.max_length,
                                                   purpose="continuation")

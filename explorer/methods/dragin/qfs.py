@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from explorer.engine.attention_rows import attention_rows
 from explorer.engine.generation import Engine, Generation
 from explorer.engine.language import get_language, is_stopword
 from explorer.engine.signals import merge_words
@@ -85,17 +86,22 @@ def reference_query(engine: Engine, all_text: str, sentence_words: list[str], fl
     ``all_text`` is what the authors' code re-encodes before the flagged sentence's words:
     ``question + " " + text + " " + kept`` (spacing included: it changes the attention). One
     forward pass over ``all_text + " " + words`` (with the tokenizer's special tokens, as
-    ``tokenizer.encode`` adds them); :func:`explorer.methods.reference_rules.real_words_query`
-    decides from its last-layer attention. BM25 then sees the query re-encoded and cut to its last
-    ``max_query_tokens`` tokens.
+    ``tokenizer.encode`` adds them), of which only the sentence's rows of last-layer attention are
+    computed; :func:`explorer.methods.reference_rules.real_words_query` decides from them. BM25
+    then sees the query re-encoded and cut to its last ``max_query_tokens`` tokens.
     """
     text = all_text + " " + " ".join(sentence_words)
     ids = engine.tokenize(text, special=True)
     pieces = engine.token_texts(ids, special=True)
     words = merge_words(pieces, [i in engine.special_ids for i in ids])
-    attention = engine.attention_matrix(ids).double().numpy()  # (q, k) head mean
+    # Only the rows that predicted the sentence's tokens are read: those rows alone are computed, so the
+    # memory grows with the text's length, not its square (explorer.engine.attention_rows).
+    current = len(sentence_words)
+    first = words[len(words) - current].start if 0 < current <= len(words) else len(ids) - 1
+    offset = max(0, first - 1)
+    attention = attention_rows(engine, ids, offset).double().numpy()  # (rows from offset, keys) head mean
     real = rules.real_words(text, get_language())
-    found = rules.real_words_query([(w.start, w.end, w.text) for w in words], attention, len(sentence_words),
-                                   flagged, top_n, real)
+    found = rules.real_words_query([(w.start, w.end, w.text) for w in words], attention, current,
+                                   flagged, top_n, real, row_offset=offset)
     query = common.truncate_query(engine, found.query, max_query_tokens)
     return QfsResult(query=query, candidates=found.candidates, note=found.note, encoded=text)
