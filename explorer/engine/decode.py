@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from explorer.engine.signals import step_stats, warp
+from explorer.engine.signals import StepStats, step_stats, warp
 from explorer.engine.token_signals import SignalSpec, TokenContext, compute_step
 from explorer.trace import Cancelled, Costs, TokenSignal, TraceRecorder
 
@@ -99,9 +99,14 @@ def kept_tokens(pieces: list[str], cut: int) -> int:
 
 
 def token_signal(engine: Engine, logits: torch.Tensor, chosen: int, piece: str, specs: Sequence[SignalSpec],
-                 entropy_warped: float | None = None) -> TokenSignal:
-    """The chosen token with its ``logits`` and ``token`` signals (attention-based ones are filled in later)."""
-    stats = step_stats(logits, chosen)
+                 entropy_warped: float | None = None, stats: StepStats | None = None) -> TokenSignal:
+    """The chosen token with its ``logits`` and ``token`` signals (attention-based ones are filled in later).
+
+    ``stats`` are the distribution's statistics when the caller already has them (a batched step
+    computes them on the device for every row at once); otherwise they are computed here.
+    """
+    if stats is None:
+        stats = step_stats(logits, chosen)
     top = [(engine.decode([i]), p) for i, p in zip(stats.top_ids, stats.top_probs, strict=True)]
     ctx = TokenContext(engine, chosen, piece, logits=logits, stats=stats, entropy_warped=entropy_warped)
     return TokenSignal(chosen, piece, top, compute_step(specs, ctx))
