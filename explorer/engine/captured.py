@@ -140,10 +140,12 @@ class DecodeStep:
         compiled step sees the same hook every time (a new hook would force a recompile).
         """
         site, capture = resolve_site(self.model, spec)
-        if site not in self._sites:
-            self.slots.hidden_buffer(site, int(self.model.config.hidden_size))
-            capture.module.register_forward_hook(self._keeper(site))
-            self._sites[site] = capture
+        for known in self._sites:
+            if known == site:
+                return known  # the same object every time, so a compiled step's guards hold
+        self.slots.hidden_buffer(site, int(self.model.config.hidden_size))
+        capture.module.register_forward_hook(self._keeper(site))
+        self._sites[site] = capture
         return site
 
     def capture_of(self, site: Site) -> HiddenCapture:
