@@ -201,3 +201,25 @@ def test_three_concurrent_runs_on_the_embedded_model_match_their_runs_alone(embe
     for a, b in zip(alone, batched, strict=True):
         assert_same_run(a, b)
     assert batcher.largest >= 3
+
+
+def test_an_evaluation_with_batch_stores_the_runs_it_stores_one_at_a_time(tiny_runtime, tmp_path) -> None:
+    from explorer.eval.runner import EvalSettings, build_arms, run_evaluation
+    from explorer.store import RunStore
+    from tests.test_eval_runner import stored
+
+    arms = build_arms(["wo", "dragin"], settings=["max_length=16", "answer_tokens=6", "fewshot=1",
+                                                  "dragin.threshold=0.05"])
+    results = {}
+    for batch in (1, 3):
+        store = RunStore(tmp_path / f"runs-{batch}.sqlite")
+        settings = EvalSettings(name="e", datasets=["demo"], arms=arms, limit=2, model="embedded", corpus="demo",
+                                concurrency=batch)
+        run_evaluation(settings, store, runtime=tiny_runtime, show_progress=False)
+        results[batch] = stored(store, "e")
+        executions = store.evaluation("e")["settings"]["executions"]
+        assert executions[-1]["batch"] == batch
+    assert results[1].keys() == results[3].keys() and len(results[1]) == 4
+    for key, alone in results[1].items():
+        assert close(alone, results[3][key]), key
+    assert tiny_runtime.engine.batcher.largest >= 2
