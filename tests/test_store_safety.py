@@ -96,7 +96,8 @@ def test_a_failed_migration_changes_nothing_and_names_the_backup(tmp_db: Path, m
         conn.execute("SELECT * FROM no_such_table")
 
     monkeypatch.setitem(store_schema.MIGRATIONS, 1, broken)
-    with pytest.raises(ExplorerError, match=f"migrating it from schema version 1 to {store_schema.SCHEMA_VERSION} failed") as info:
+    failed = f"migrating it from schema version 1 to {store_schema.SCHEMA_VERSION} failed"
+    with pytest.raises(ExplorerError, match=failed) as info:
         RunStore(tmp_db)
     assert "v1-backup" in info.value.what
     with sqlite3.connect(tmp_db) as conn:
