@@ -282,8 +282,8 @@ class SampleJob(_Job):
         engine, loop = self.engine, self.loop
         cache = engine.new_cache()
         out = engine.forward_batch(torch.tensor([loop.prompt_ids], device=engine.device), cache)
+        self.batcher.check(cache, out, loop.prompt_ids)  # before counting: refused, the loop runs alone
         loop.forward_passes += 1
-        self.batcher.check(cache, out, loop.prompt_ids)
         if self.site is not None:
             capture = self.batcher.step.capture_of(self.site)
             loop.layer, loop.site = capture.layer_index, capture.site

@@ -265,7 +265,8 @@ class DecodeStep:
                 self._compute(batch, attention, sites)
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
+        # thread_local: a run's thread touching CUDA meanwhile (outside the engine's lock) cannot spoil the capture.
+        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
             outputs = self._compute(batch, attention, sites)
         return graph, outputs
 
