@@ -101,15 +101,14 @@ def test_thirty_concurrent_clients_all_get_their_run_and_a_retry_repeats_nothing
 
 
 def retried_after_restart(db: Path, question: str, key: str) -> str:
-    from explorer.ui.api import _settings
+    from explorer.ui.api import run_spec
     from explorer.ui.controller import RunController, RuntimeHolder
-    from explorer.ui.controls import build_specs
     from explorer.ui.jobs import ApiRuns
 
     def no_model():
         raise AssertionError("a retried call must not load the model")
 
     controller = RunController(RunStore(db), RuntimeHolder(no_model, describe="none"))
-    spec = build_specs(["wo"], {"wo": ""}, _settings("wo", SHORT), explicit=True)[0]  # what /run builds
+    spec = run_spec("", "wo", "", SHORT)  # what /run runs
     found = ApiRuns(controller).submit(question, spec, client="session:new", key=key)
     return str(getattr(found, "run_id", ""))

@@ -168,12 +168,15 @@ def _settings(method: str, text: str) -> dict[tuple[str, str], Any]:
     return {(method, k): v for k, v in values.items()}
 
 
+def run_spec(model: str, method: str, variant: str, settings: str) -> RunSpec:
+    """What ``/run`` runs: the settings JSON holds the user's values, resolved by the run like ``--set``'s."""
+    return build_specs([method], {method: variant}, _settings(method, settings), model=model, explicit=True)[0]
+
+
 def run_settings(controller: RunController, model: str, question: str, method: str, variant: str,
                  settings: str) -> Trace:
-    """What ``/run`` does: the settings JSON holds the user's values, resolved by the run like ``--set``'s."""
-    spec: RunSpec = build_specs([method], {method: variant}, _settings(method, settings), model=model,
-                                explicit=True)[0]
-    return controller.run_one(question, spec)
+    """``/run``'s run made at once, without its place in line (for callers that already hold one)."""
+    return controller.run_one(question, run_spec(model, method, variant, settings))
 
 
 def _summary(trace: Trace) -> dict[str, Any]:
@@ -231,8 +234,7 @@ def register(controller: RunController, store: RunStore, model: str, *, cache: A
             name = _text(method, "method", "'dragin'").strip()
             chosen = _text(variant, "variant", "'paper'").strip()
             text = _text(question, "question", "'Who wrote Hamlet?'")
-            spec: RunSpec = build_specs([name], {name: chosen}, _settings(name, settings), model=model,
-                                        explicit=True)[0]
+            spec = run_spec(model, name, chosen, settings)
             return runs.submit(text, spec, client=client_of(request), key=check_key(idempotency_key))
 
         job = guarded("run", start)
