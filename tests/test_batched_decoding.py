@@ -136,10 +136,11 @@ def test_retrieval_cancel_and_an_error_in_one_run_leave_the_others_untouched(tin
                     rec.cancel.set()
 
         rec.listeners.append(listener)
-        try:
-            engine.generate(prompt, max_new_tokens=40, rec=rec)
+        try:  # listeners run in the run's own thread, so Cancel lands a few tokens later than it is pressed
+            engine.generate(prompt, max_new_tokens=200, rec=rec, ignore_eos=True)
         except Exception as exc:  # noqa: BLE001 - the Cancelled that unwinds the run
-            results["cancelled"] = (type(exc).__name__, trace.of_kind("generation")[0].payload["stopped_by"], seen)
+            span = trace.of_kind("generation")[0].payload
+            results["cancelled"] = (type(exc).__name__, span["stopped_by"], len(span["tokens"]))
 
     def failing() -> None:
         def until(tokens: list) -> bool:
@@ -158,8 +159,8 @@ def test_retrieval_cancel_and_an_error_in_one_run_leave_the_others_untouched(tin
     for t in threads:
         t.join()
     assert results["failing"] == "a method's stop rule failed"
-    name, stopped, seen = results["cancelled"]
-    assert name == "Cancelled" and stopped == "cancelled" and 3 <= len(seen) < 40
+    name, stopped, kept = results["cancelled"]
+    assert name == "Cancelled" and stopped == "cancelled" and 3 <= kept < 200
     assert results["plain"].ids == plain_alone.ids
     assert close([t.signals for t in results["plain"].tokens], [t.signals for t in plain_alone.tokens])
     assert close(results["plain"].attention_row(5), plain_alone.attention_row(5))
