@@ -39,6 +39,21 @@ def default_attn() -> str:
     return os.environ.get("EXPLORER_ATTN", "").strip() or "auto"
 
 
+def default_batching(device: str) -> bool:
+    """Whether an engine decodes concurrent runs as one batch: ``EXPLORER_BATCH`` (1 or 0), else on a GPU only.
+
+    On CUDA the batch's decode step is the fast path even for a single run (one captured graph per
+    token); on a CPU one run alone decodes as fast without it, and concurrent runs turn it on where
+    they happen (the app, ``eval --batch``). See BENCHMARKS.md for both.
+    """
+    chosen = os.environ.get("EXPLORER_BATCH", "").strip().lower()
+    if chosen in ("1", "on", "yes", "true"):
+        return True
+    if chosen in ("0", "off", "no", "false"):
+        return False
+    return str(device).startswith("cuda")
+
+
 def open_engine(model: str = "embedded", *, dtype: str = "float32", device: str = "cpu", attn: str = "auto",
                 progress: Progress | None = None):
     """The shared :class:`~explorer.engine.generation.Engine` for a model spec (loaded on first use).
@@ -53,8 +68,13 @@ def open_engine(model: str = "embedded", *, dtype: str = "float32", device: str 
     from explorer.engine.loader import load_model
 
     def build() -> Engine:
-        return Engine(load_model(model, dtype=dtype, device=device, attn_implementation=attn,
-                                 progress=progress or (lambda _m: None)))
+        engine = Engine(load_model(model, dtype=dtype, device=device, attn_implementation=attn,
+                                   progress=progress or (lambda _m: None)))
+        if default_batching(device):
+            from explorer.engine.batching import enable
+
+            enable(engine)
+        return engine
 
     return _engines.get((model, dtype, device, attn), build)
 

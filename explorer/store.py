@@ -324,8 +324,22 @@ class RunStore:
         self._require(run_id)
         with self._tx() as db:
             db.execute("DELETE FROM tags WHERE run_id = ?", [run_id])
+            db.execute("DELETE FROM run_requests WHERE run_id = ?", [run_id])
             db["runs"].delete(run_id)
             self._forget_live(db, [run_id])
+
+    # -- idempotency keys of API calls ---------------------------------------------------------------
+    def bind_request(self, key: str, run_id: str, request: str) -> None:
+        """Remember that the call with idempotency ``key`` (asking for ``request``) made run ``run_id``."""
+        with self._tx() as db:
+            db.execute("INSERT OR IGNORE INTO run_requests (key, run_id, request, created_at) VALUES (?, ?, ?, ?)",
+                       [key, run_id, request, _now()])
+
+    def request_run(self, key: str) -> tuple[str, str] | None:
+        """The run a call with idempotency ``key`` made and what it asked for, or None for a new key."""
+        with self._db() as db:
+            row = db.execute("SELECT run_id, request FROM run_requests WHERE key = ?", [key]).fetchone()
+        return (str(row[0]), str(row[1])) if row is not None else None
 
     def start_evaluation(self, name: str, settings: dict[str, Any]) -> None:
         """Create (or reopen, for a resumed evaluation) a named evaluation."""

@@ -25,7 +25,8 @@ from explorer.errors import ExplorerError
 #: 1: runs, tags, evaluations, meta.
 #: 2: live_runs and live_events, the checkpoints of runs still in progress.
 #: 3: runs.parent_run_id and runs.root_run_id, the family of a fork (indexed for the family tree).
-SCHEMA_VERSION = 3
+#: 4: run_requests, the idempotency keys of API calls (a retried call gets the run the first one made).
+SCHEMA_VERSION = 4
 
 RUN_COLUMNS: dict[str, type] = {
     "run_id": str, "created_at": str, "name": str, "question": str, "method": str, "variant": str,
@@ -35,7 +36,7 @@ RUN_COLUMNS: dict[str, type] = {
     "error": str, "config": str, "trace_version": int, "trace": str, "parent_run_id": str, "root_run_id": str,
 }
 TABLES_V1 = ("runs", "tags", "evaluations", "meta")
-LIVE_TABLES = ("live_runs", "live_events")
+LIVE_TABLES = ("live_runs", "live_events", "run_requests")
 
 _DB_FIX = "point --db (or EXPLORER_DB) at another file; a new path starts an empty run database"
 
@@ -137,6 +138,12 @@ def _create_live(conn: sqlite3.Connection) -> None:
                  "event TEXT NOT NULL, PRIMARY KEY (run_id, id))")
 
 
+def _create_requests(conn: sqlite3.Connection) -> None:
+    conn.execute("CREATE TABLE IF NOT EXISTS run_requests (key TEXT PRIMARY KEY, run_id TEXT NOT NULL, "
+                 "request TEXT NOT NULL, created_at TEXT NOT NULL)")
+    conn.execute("CREATE INDEX IF NOT EXISTS idx_run_requests_run_id ON run_requests (run_id)")
+
+
 def _set_version(conn: sqlite3.Connection, version: int) -> None:
     conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
     conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", [str(version)])
@@ -152,6 +159,7 @@ def _create(conn: sqlite3.Connection) -> None:
     db["tags"].create({"run_id": str, "tag": str}, pk=("run_id", "tag"), foreign_keys=[("run_id", "runs", "run_id")])
     db["evaluations"].create({"name": str, "created_at": str, "settings": str, "status": str}, pk="name")
     _create_live(conn)
+    _create_requests(conn)
     _set_version(conn, SCHEMA_VERSION)
 
 
@@ -166,7 +174,7 @@ def _add_family(conn: sqlite3.Connection) -> None:
 
 
 #: Steps from version N to N + 1, each run inside the migration's one transaction.
-MIGRATIONS = {1: _create_live, 2: _add_family}
+MIGRATIONS = {1: _create_live, 2: _add_family, 3: _create_requests}
 
 
 def backup_path(path: Path, version: int) -> Path:

@@ -27,6 +27,7 @@ import pytest
 
 from explorer import cli
 from explorer.store import RunStore
+from explorer.store_schema import SCHEMA_VERSION
 from explorer.trace import Trace
 from tests.ui_payloads import hostile_trace
 
@@ -461,7 +462,7 @@ def test_an_older_database_is_migrated_with_a_backup_and_nothing_lost(paths, cap
     conn.close()
     assert_intact(str(old))
     with sqlite3.connect(old) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     conn.close()
 
 
@@ -599,4 +600,4 @@ def test_the_client_sees_only_the_documented_endpoints(client) -> None:
     assert sorted(described["named_endpoints"]) == sorted(ENDPOINTS)
     assert not described.get("unnamed_endpoints")
     status = client.predict(api_name="/status")
-    assert set(status) == {"state", "message", "forward_passes"}
+    assert set(status) == {"state", "message", "forward_passes", "running", "waiting"}

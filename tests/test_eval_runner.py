@@ -298,7 +298,7 @@ def test_a_killed_eval_process_keeps_its_finished_runs_and_resumes(tmp_path: Pat
 
     db = tmp_path / "runs.sqlite"
     command = [sys.executable, "-m", "explorer", "eval", "--dataset", "demo", "--methods", "wo,sr", "--limit", "3",
-               "--corpus", "demo", "--db", str(db), "--name", "k", "--batch", "1", "--quiet",
+               "--corpus", "demo", "--db", str(db), "--name", "k", "--write-batch", "1", "--quiet",
                *[x for s in SMALL for x in ("--set", s)]]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     root = Path(__file__).resolve().parent.parent

@@ -188,7 +188,7 @@ def test_a_stopped_cli_driver_on_the_cluster_resumes_without_ray(ray_address, tm
     runs = 6 * 2
     # Longer runs than elsewhere, so the driver is caught in the middle.
     command = [sys.executable, "-m", "explorer", "eval", "--dataset", "demo", "--methods", "wo,fl", "--limit", "6",
-               "--corpus", "demo", "--model", "random:tiny", "--db", str(db), "--name", "c", "--batch", "1",
+               "--corpus", "demo", "--model", "random:tiny", "--db", str(db), "--name", "c", "--write-batch", "1",
                "--quiet", "--set", "max_length=64", "--set", "fewshot=1"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "RAY_ADDRESS": ""}
     proc = subprocess.Popen([*command, "--ray-address", ray_address], cwd=ROOT, env=env, stdout=subprocess.PIPE,

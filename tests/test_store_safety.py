@@ -47,7 +47,7 @@ def _set(path: Path, *sql: str) -> None:
 # -- schema versions ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("sql,version", [("PRAGMA user_version = 4", 4),
+@pytest.mark.parametrize("sql,version", [("PRAGMA user_version = 5", 5),
                                          ("UPDATE meta SET value = '9' WHERE key = 'schema_version'", 9)])
 def test_a_newer_database_is_refused_and_left_untouched(tmp_db: Path, sql: str, version: int) -> None:
     _stored(tmp_db)
@@ -58,7 +58,7 @@ def test_a_newer_database_is_refused_and_left_untouched(tmp_db: Path, sql: str, 
             RunStore(tmp_db, readonly=readonly)
         assert info.value.where == str(tmp_db) and "upgrade the explorer" in info.value.fix
     assert _digest(tmp_db) == before
-    assert not Path(f"{tmp_db}.v3-backup").exists()
+    assert not Path(f"{tmp_db}.v4-backup").exists()
 
 
 def _make_v1(path: Path) -> None:
@@ -97,7 +97,8 @@ def test_a_failed_migration_changes_nothing_and_names_the_backup(tmp_db: Path, m
         conn.execute("SELECT * FROM no_such_table")
 
     monkeypatch.setitem(store_schema.MIGRATIONS, 1, broken)
-    with pytest.raises(ExplorerError, match="migrating it from schema version 1 to 3 failed") as info:
+    failed = f"migrating it from schema version 1 to {store_schema.SCHEMA_VERSION} failed"
+    with pytest.raises(ExplorerError, match=failed) as info:
         RunStore(tmp_db)
     assert "v1-backup" in info.value.what
     with sqlite3.connect(tmp_db) as conn:

@@ -274,7 +274,7 @@ def test_html_and_js_payloads_from_the_user_and_the_corpus_show_as_text(page, ap
 
 
 def test_two_runs_started_together_are_both_stored_intact(page, app):
-    """A browser run and two scripted runs at once: the queue serialises them, nothing mixes."""
+    """A browser run and two scripted runs at once: they share the decode batch, and nothing mixes."""
     from gradio_client import Client
 
     client = Client(app.url, verbose=False)

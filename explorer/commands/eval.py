@@ -16,6 +16,9 @@ from contextlib import contextmanager
 
 from explorer.cli import MODEL_HELP, add_attn_option, add_threads_option
 
+#: ``--batch`` on a GPU when not given: questions whose decode steps share one batch.
+GPU_BATCH = 32
+
 DATASET_HELP = ("benchmark names (hotpotqa, musique, 2wiki, nq, strategyqa, demo) or question files (.json, .jsonl, "
                 ".csv, .tsv; format detected), comma-separated or repeated; NAME=PATH files a file under NAME")
 # What the options are called on eval and sweep, for messages that suggest one (explorer.options).
@@ -53,7 +56,11 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--variant", dest="variants", action="append", default=[], metavar="METHOD=VARIANT",
                         help="run a method's other variant, e.g. --variant dragin=reference (repeatable)")
     parser.add_argument("--seed", type=int, default=0, help="evaluation seed (default 0): same seed, same runs")
-    parser.add_argument("--batch", type=int, default=8, help="runs written per database transaction (default 8)")
+    parser.add_argument("--batch", type=int, default=None, metavar="N",
+                        help="questions decoded at once, their tokens in one batch on the model (default: "
+                             f"{GPU_BATCH} on a GPU, 1 elsewhere; same runs as one at a time)")
+    parser.add_argument("--write-batch", type=int, default=8, metavar="N",
+                        help="runs written per database transaction (default 8)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     add_cluster_options(parser)
 
@@ -164,9 +171,22 @@ def check_common(args: argparse.Namespace) -> None:
     if args.limit is not None and args.limit < 1:
         raise ConfigError(f"--limit must be at least 1, got {args.limit}", where="--limit",
                           fix="give a number of questions, e.g. --limit 20, or leave --limit out for all")
-    if args.batch < 1:
+    if args.batch is not None and args.batch < 1:
         raise ConfigError(f"--batch must be at least 1, got {args.batch}", where="--batch",
-                          fix="write e.g. --batch 8 (runs per database transaction)")
+                          fix="write e.g. --batch 8 (questions decoded at once), or leave it out")
+    if args.write_batch < 1:
+        raise ConfigError(f"--write-batch must be at least 1, got {args.write_batch}", where="--write-batch",
+                          fix="write e.g. --write-batch 8 (runs per database transaction)")
+    if (args.batch or 1) > 1 and (args.workers is not None or args.ray_address is not None):
+        raise ConfigError("--batch decodes questions together in this process, but Ray workers run one question "
+                          "at a time each", where="--batch", fix="drop --batch, or drop --workers/--ray-address")
+
+
+def concurrency(args: argparse.Namespace) -> int:
+    """``--batch``, else the default of the device the runs use (a GPU batches, a CPU runs one at a time)."""
+    if args.batch is not None:
+        return args.batch
+    return GPU_BATCH if str(args.device or "cpu").startswith("cuda") else 1
 
 
 def run(args: argparse.Namespace) -> int:
@@ -187,8 +207,9 @@ def run(args: argparse.Namespace) -> int:
     settings = EvalSettings(name=name, datasets=[s.spec for s in sources], add_datasets=[s.spec for s in added],
                             arms=arms, limit=args.limit,
                             model=args.model, corpus=args.corpus, dtype=args.dtype, device=args.device, seed=args.seed,
-                            data_dir=args.data, batch_size=args.batch, dataset_format=args.dataset_format,
-                            retriever=retriever.recorded(), attn=args.attn)
+                            data_dir=args.data, batch_size=args.write_batch, dataset_format=args.dataset_format,
+                            retriever=retriever.recorded(), attn=args.attn,
+                            concurrency=1 if cluster is not None else concurrency(args))
     store = open_store(args.db)
     print(f"evaluation {name!r} in {store.path}", file=sys.stderr)
     with stop_on_terminate():

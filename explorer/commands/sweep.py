@@ -17,6 +17,7 @@ from explorer.commands.eval import (
     add_run_options,
     check_common,
     cluster_options,
+    concurrency,
     open_store,
     resolve,
     stop_on_terminate,
@@ -71,8 +72,9 @@ def run(args: argparse.Namespace) -> int:
     settings = EvalSettings(name=name, datasets=[s.spec for s in sources], add_datasets=[s.spec for s in added],
                             arms=arms, limit=args.limit,
                             model=args.model, corpus=args.corpus, dtype=args.dtype, device=args.device, seed=args.seed,
-                            data_dir=args.data, batch_size=args.batch, dataset_format=args.dataset_format,
+                            data_dir=args.data, batch_size=args.write_batch, dataset_format=args.dataset_format,
                             retriever=retriever.recorded(), attn=args.attn,
+                            concurrency=1 if cluster is not None else concurrency(args),
                             sweep={"method": arms[0].method, "variant": arms[0].variant, "param": args.param,
                                    "values": [a.given[args.param] for a in arms]})
     from explorer.eval.report import REPORT_FILES

@@ -146,6 +146,9 @@ class AttentionProbe:
         self.per_head = False
         self.last_mean: torch.Tensor | None = None
         self.last_heads: torch.Tensor | None = None
+        #: While set, weights go to this callable on the device instead (a batched decode step folds
+        #: them into amax there, so no row comes back to the host per token).
+        self.sink: Callable[[torch.Tensor], None] | None = None
         self.mode = self._install()
 
     def _install(self) -> str:
@@ -172,6 +175,9 @@ class AttentionProbe:
         return self.mode.split(":", 1)[1] if self.mode.startswith("probe:") else "eager"
 
     def receive(self, weights: torch.Tensor) -> None:
+        if self.sink is not None:
+            self.sink(weights.detach())
+            return
         w = weights.detach().float()
         self.last_mean = w.mean(dim=1).cpu()
         self.last_heads = w.cpu() if self.per_head else None

@@ -69,11 +69,12 @@ def read_manifest(folder: Path) -> dict | None:
     return data
 
 
-def verify_copy(folder: Path, only: Iterable[str] | None = None) -> bool:
+def verify_copy(folder: Path, only: Iterable[str] | None = None, *, complete: bool = True) -> bool:
     """True when ``folder`` holds a complete copy whose files match the manifest's checksums.
 
     ``only`` limits the hash check to some files (sizes of all listed files are still checked),
-    for callers that need just the tokenizer.
+    for callers that need just the tokenizer. With ``complete=False`` only the files in ``only``
+    need to be there at all (a tokenizer carried without the weights).
     """
     manifest = read_manifest(folder)
     if manifest is None:
@@ -83,6 +84,8 @@ def verify_copy(folder: Path, only: Iterable[str] | None = None) -> bool:
         return False
     wanted = set(files) if only is None else set(only)
     for name, entry in files.items():
+        if not complete and name not in wanted:
+            continue
         path = folder / name
         try:
             if not path.is_file() or path.stat().st_size != entry["size"]:

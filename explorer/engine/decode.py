@@ -11,12 +11,13 @@ unwinds the run) and count costs the same way; all of that lives here so the two
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from explorer.engine.signals import step_stats, warp
+from explorer.engine.signals import StepStats, step_stats, warp
 from explorer.engine.token_signals import SignalSpec, TokenContext, compute_step
 from explorer.trace import Cancelled, Costs, TokenSignal, TraceRecorder
 
@@ -99,12 +100,31 @@ def kept_tokens(pieces: list[str], cut: int) -> int:
 
 
 def token_signal(engine: Engine, logits: torch.Tensor, chosen: int, piece: str, specs: Sequence[SignalSpec],
-                 entropy_warped: float | None = None) -> TokenSignal:
-    """The chosen token with its ``logits`` and ``token`` signals (attention-based ones are filled in later)."""
-    stats = step_stats(logits, chosen)
-    top = [(engine.decode([i]), p) for i, p in zip(stats.top_ids, stats.top_probs, strict=True)]
+                 entropy_warped: float | None = None, stats: StepStats | None = None) -> TokenSignal:
+    """The chosen token with its ``logits`` and ``token`` signals (attention-based ones are filled in later).
+
+    ``stats`` are the distribution's statistics when the caller already has them (a batched step
+    computes them on the device for every row at once); otherwise they are computed here.
+    """
+    if stats is None:
+        stats = step_stats(logits, chosen)
+    top = [(piece_text(engine, i), p) for i, p in zip(stats.top_ids, stats.top_probs, strict=True)]
     ctx = TokenContext(engine, chosen, piece, logits=logits, stats=stats, entropy_warped=entropy_warped)
     return TokenSignal(chosen, piece, top, compute_step(specs, ctx))
+
+
+#: The text of single token ids, per tokenizer: every step names its top-5 alternatives, and a batch
+#: of 32 rows would otherwise call the tokenizer 160 times a step for the same few thousand ids.
+_PIECES: weakref.WeakKeyDictionary[Any, dict[int, str]] = weakref.WeakKeyDictionary()
+
+
+def piece_text(engine: Engine, token_id: int) -> str:
+    """``engine.decode([token_id])``, remembered per tokenizer."""
+    pieces = _PIECES.setdefault(engine.tokenizer, {})
+    text = pieces.get(token_id)
+    if text is None:
+        text = pieces[token_id] = engine.decode([token_id])
+    return text
 
 
 def choose_token(logits: torch.Tensor, sampling: Any, generator: torch.Generator | None) -> tuple[int, float | None]:

@@ -191,7 +191,17 @@ def embedded_tokenizer_dir(progress: Progress = print) -> Path:
     """A folder with the default embedded tokenizer, checking only the tokenizer files' checksums.
 
     Tiny test models need only the tokenizer; skipping the 540 MB weight hash keeps them fast.
+    ``EXPLORER_TOKENIZER_DIR`` names a folder holding just the tokenizer files and the copy's
+    manifest (a machine without the weights: benchmarks/gpu_run.sh carries one to a GPU).
     """
+    carried = os.environ.get("EXPLORER_TOKENIZER_DIR", "").strip()
+    if carried:
+        if verify_copy(Path(carried), only=TOKENIZER_FILES, complete=False):
+            return Path(carried)
+        raise ModelError(f"EXPLORER_TOKENIZER_DIR={carried} does not hold the embedded tokenizer's files with the "
+                         "manifest that lists them", where="EXPLORER_TOKENIZER_DIR",
+                         fix="copy manifest.json, tokenizer.json and tokenizer_config.json of the converted model "
+                             "there (benchmarks/gpu_run.sh prepare does), or unset it")
     target = embedded_model_dir()
     if verify_copy(target, only=TOKENIZER_FILES):
         return target

@@ -142,6 +142,9 @@ class Engine:
         #: Reuses the states of a prompt's opening shared with a recent prompt (an
         #: :class:`~explorer.engine.prefix_cache.PrefixCache`; None: every prompt is encoded whole).
         self.prefix_cache: Any = None
+        #: Decodes the spans of concurrent runs as one batch (a :class:`~explorer.engine.batching.Batcher`;
+        #: None: each span decodes alone, one at a time).
+        self.batcher: Any = None
 
     # -- facts ----------------------------------------------------------------------------------
     def fingerprint(self) -> dict[str, Any]:
@@ -285,10 +288,14 @@ class Engine:
                                              hidden=hidden)
             if replayed is not None:
                 return replayed
-        with self.lock, torch.inference_mode(), phase(rec, "generation") as timer:
+        with phase(rec, "generation") as timer:
             request = _Request(prompt, prompt_ids, segments, max_new_tokens, purpose, sampling, tuple(stop_strings),
                                attention, until, hidden, stream, ignore_eos, keep_special, tuple(signals))
-            gen = self._loop(request, rec)
+            # With a batcher, the span decodes in the batch shared with concurrent runs (None: it cannot).
+            gen = self.batcher.generate(request, rec) if self.batcher is not None else None
+            if gen is None:
+                with self.lock, torch.inference_mode():
+                    gen = self._loop(request, rec)
         if rec is not None:
             self._record(gen, rec, sampling, timer.seconds, meta or {}, max_new_tokens)
             # The partial span is in the trace (and its costs counted) before the run unwinds.

@@ -158,8 +158,11 @@ def sample(engine: Engine, prompt: PromptLike, *, k: int, max_new_tokens: int, s
     engine.check_fits(len(prompt_ids), max_new_tokens + 2)
     loop = _Loop(engine, prompt_ids, k, max_new_tokens, sampling, tuple(s for s in stop_strings if s),
                  sentence_end, hidden, greedy, rec, purpose)
-    with engine.lock, torch.inference_mode(), phase(rec, "sampling") as timer:
-        loop.run()
+    with phase(rec, "sampling") as timer:
+        batcher = engine.batcher
+        if batcher is None or not batcher.sample(loop):
+            with engine.lock, torch.inference_mode():
+                loop.run()
     batch = loop.result(text, segments, timer.seconds)
     if rec is not None:
         _record(batch, loop, rec, meta or {})
@@ -191,6 +194,8 @@ class _Loop:
         self.site: str | None = None
         self._positions = "position_ids" in inspect.signature(engine.model.forward).parameters
         self.recurrent = False  # set once the cache exists: a state-space layer's state cannot mask a cut token
+        #: Where the greedy row's tokens stream to (a batched run hands them to its own thread).
+        self.emit = (lambda signal: rec.token(purpose, signal)) if rec is not None else None
 
     # -- the loop ---------------------------------------------------------------------------------
     def run(self) -> None:
@@ -266,7 +271,7 @@ class _Loop:
         if capture.last is not None:
             r.hidden = capture.last[0, -1].clone()
 
-    def _choose(self, batch: list[_Row], logits: torch.Tensor, mask: torch.Tensor) -> None:
+    def _choose(self, batch: list[_Row], logits: torch.Tensor, mask: torch.Tensor | None) -> None:
         """Pick the next token of every row still sampling, record its signals, and apply stop rules."""
         live = [i for i, r in enumerate(batch) if r.pending is None and not r.done]
         if not live:
@@ -294,8 +299,8 @@ class _Loop:
             if r.greedy:
                 signal = token_signal(self.engine, raw[j], token, piece, self.specs)
                 r.tokens.append(signal)
-                if self.rec is not None:
-                    self.rec.token(self.purpose, signal)
+                if self.emit is not None:
+                    self.emit(signal)
             cut = text_end(r.detok.text, self.stop_strings, self.sentence_end)
             if cut is not None:
                 self._stop(r, cut[1], kept_tokens(r.pieces, cut[0]), mask, i, text=r.detok.text[:cut[0]])
@@ -329,10 +334,14 @@ class _Loop:
             out[j] = int(index[n, c]) if index is not None else c
         return out
 
-    def _stop(self, r: _Row, reason: str, kept: int, mask: torch.Tensor, index: int, text: str | None = None) -> None:
+    def _stop(self, r: _Row, reason: str, kept: int, mask: torch.Tensor | None, index: int,
+              text: str | None = None) -> None:
         """End a row: fix its kept tokens, mask any cut token already fed, and queue the EOS to feed.
 
         ``index`` is the row's place in the current batch (the row of ``mask`` and of the cache).
+        Without a ``mask`` (a row of the shared batch, whose slot holds only its own tokens) the
+        cut is its position going back: what it feeds next overwrites the cut tokens, and the step
+        attends to positions up to the one fed.
         """
         p = len(self.prompt_ids)
         r.stopped_by, r.kept = reason, kept
@@ -341,7 +350,7 @@ class _Loop:
         if r.fed > kept and self.recurrent:  # a recurrent state cannot forget them: the end state is recomputed
             r.done, r.alone = True, bool(r.text.strip()) and self.hidden is not None and not r.greedy
             return
-        if r.fed > kept:  # cut tokens were already fed: hide them from this row's later positions
+        if r.fed > kept and mask is not None:  # cut tokens were already fed: hide them from later positions
             mask[index, p + kept:p + r.fed] = 0
         r.position = p + fed_kept
         if r.greedy or not r.text.strip() or self.hidden is None:

@@ -9,9 +9,11 @@ process, worker or order runs it.
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -48,13 +50,13 @@ def seed_everything(value: int) -> None:
     torch.manual_seed(value)
 
 
-def execute(runtime: Runtime, task: Task) -> Trace:
+def execute(runtime: Runtime, task: Task, cancel: threading.Event | None = None) -> Trace:
     """Run one task; an unexpected exception becomes a failed run's trace instead of ending the evaluation."""
     seed_everything(task.seed)
     try:
         # The given values as a dict, so run_question applies the model's preset and notes it.
         return run_question(task.method, task.question.question, runtime, variant=task.variant,
-                            config=dict(task.given), gold=task.question.gold())
+                            config=dict(task.given), gold=task.question.gold(), cancel=cancel)
     except Exception as exc:  # a crash in one method on one question must not lose the evaluation
         model = runtime.engine.fingerprint() if hasattr(runtime.engine, "fingerprint") else {}
         return error_trace(task, model, dict(runtime.corpus), f"{type(exc).__name__}: {exc}")
@@ -93,11 +95,17 @@ class Executor(Protocol):
 
 @dataclass
 class InProcess:
-    """Runs tasks one at a time in this process, on a runtime opened once (or the one given)."""
+    """Runs tasks in this process, on a runtime opened once (or the one given).
+
+    ``batch`` > 1 runs that many tasks at once, each in its own thread, with the engine's batcher
+    on (:mod:`explorer.engine.batching`): their decode steps share forward passes, and each run's
+    trace is the one it would have alone. Runs come back as they finish.
+    """
 
     spec: RuntimeSpec
     runtime: Runtime | None = None
     progress: Callable[[str], None] | None = None
+    batch: int = 1
     run_seconds: float = field(default=0.0, init=False)
 
     @property
@@ -116,16 +124,45 @@ class InProcess:
         runtime = self._runtime()
         started = time.perf_counter()
         try:
-            for task in tasks:
-                yield task, execute(runtime, task)
+            if self.batch <= 1:
+                for task in tasks:
+                    yield task, execute(runtime, task)
+            else:
+                yield from self._batched(runtime, tasks)
         finally:
             self.run_seconds = time.perf_counter() - started
+
+    def _batched(self, runtime: Runtime, tasks: list[Task]) -> Iterator[tuple[Task, Trace]]:
+        """``batch`` tasks in flight at a time, in plan order; an interrupt cancels the ones running."""
+        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+        from explorer.engine.batching import enable
+
+        enable(runtime.engine)
+        stop = threading.Event()
+        queue = iter(tasks)
+        with ThreadPoolExecutor(max_workers=self.batch, thread_name_prefix="eval-run") as pool:
+            running = {}
+            try:
+                for task in itertools.islice(queue, self.batch):
+                    running[pool.submit(execute, runtime, task, stop)] = task
+                while running:
+                    done, _ = wait(running, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        task = running.pop(future)
+                        following = next(queue, None)
+                        if following is not None:
+                            running[pool.submit(execute, runtime, following, stop)] = following
+                        yield task, future.result()
+            finally:
+                stop.set()  # an interrupted evaluation: the runs still going end within a token
 
     def record(self) -> dict[str, Any]:
         fingerprint = self._runtime().engine.fingerprint() if self.runtime is not None else {}
         device = str(fingerprint.get("device") or self.spec.device)
         return {"mode": "process", "workers": 1, "pid": os.getpid(), "nodes": [socket.gethostname()],
-                "devices": [local_device(device)], "threads": _threads(), "run_seconds": round(self.run_seconds, 3)}
+                "devices": [local_device(device)], "threads": _threads(), "run_seconds": round(self.run_seconds, 3),
+                "batch": self.batch}
 
     def close(self) -> None:
         return None
@@ -173,6 +210,8 @@ def produced_by(executions: list[dict[str, Any]]) -> str:
                    f"{_plural(len(devices), 'device')} ({kinds}) on {nodes}")
         else:
             who = f"one process (no Ray) on {kinds}"
+            if int(entry.get("batch") or 1) > 1:
+                who += f", {entry['batch']} questions at a time in one decode batch"
         text = f"{who}: {_plural(int(entry['runs']), 'run')}"
         if entry.get("requeued"):
             text += f", {entry['requeued']} re-queued after a worker died"

@@ -119,6 +119,9 @@ class EvalSettings:
         return dict(self.retriever or {"kind": "bm25"})
     #: Attention backend (``--attn``); not part of the identity: backends agree to float rounding.
     attn: str = "auto"
+    #: Questions decoded at once in one batch (``--batch``); not part of the identity: a batched run
+    #: is the run made alone (tokens and decisions identical, signals to float rounding).
+    concurrency: int = 1
 
     def identity(self) -> dict[str, Any]:
         """What must not change between a run and its resume (runs made otherwise would not be comparable)."""
@@ -457,7 +460,7 @@ def _executor(settings: EvalSettings, runtime: Runtime | None, cluster: ClusterO
               say: Callable[[str], None]) -> Executor:
     spec = runtime_spec(settings)
     if cluster is None or not cluster.enabled:
-        return InProcess(spec, runtime=runtime, progress=say)
+        return InProcess(spec, runtime=runtime, progress=say, batch=max(1, settings.concurrency))
     if runtime is not None:
         raise ConfigError("a runtime object runs in this process only; Ray workers open theirs from the settings",
                           fix="leave out runtime= (or the cluster options)")

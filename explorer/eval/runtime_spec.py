@@ -72,9 +72,17 @@ class RuntimeSpec:
     def _random_engine(self) -> Any:
         from explorer.engine.generation import Engine
         from explorer.engine.random_models import load_random_model
+        from explorer.runtime import default_batching
 
-        return _random_engines.get((self.model, self.dtype, self.device), lambda: Engine(
-            load_random_model(self.model, dtype=self.dtype, device=self.device)))
+        def build() -> Any:
+            engine = Engine(load_random_model(self.model, dtype=self.dtype, device=self.device))
+            if default_batching(self.device):
+                from explorer.engine.batching import enable
+
+                enable(engine)
+            return engine
+
+        return _random_engines.get((self.model, self.dtype, self.device), build)
 
 
 def runtime_spec(settings: Any) -> RuntimeSpec:

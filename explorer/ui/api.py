@@ -11,28 +11,33 @@
     fork = client.predict(summary["run_id"], "7:3", None, "force_retrieval", api_name="/fork")
     fork["fork"]["same_answer"], fork["fork"]["parent_event"]  # where it diverged, whether the answer moved
 
-``/run`` shares the model's queue slot with the browser's Run button, so scripted and
-interactive runs never use the model at once. Bad input comes back as an error carrying the
+``/run`` waits its turn in the same line as the browser's Run button (a few runs at once, decoded
+as one batch; the rest in line, told their place and an estimate), and takes an
+``idempotency_key`` so a retried call returns the run the first call made. Bad input comes back as an error carrying the
 config's message (what, where, how to fix it); messages name no file or folder of the server,
 whose log keeps the full text.
 """
 
 from __future__ import annotations
 
+import collections.abc
 import inspect
 import json
 import logging
-from collections.abc import Callable
+import typing
+from collections.abc import Callable, Iterator
 from typing import Any, TypedDict
 
 import gradio as gr
 
-from explorer.errors import ExplorerError, NotFound, check_text, hide_paths, json_problem, parse_json, public_message
+from explorer.errors import ExplorerError, NotFound, check_text, json_problem, parse_json, public_message
 from explorer.store import RunStore
 from explorer.trace import Trace
+from explorer.ui.admission import EVENT_LIMIT, client_of
 from explorer.ui.controller import RunController
 from explorer.ui.controls import RunSpec, build_specs, params
 from explorer.ui.guard import BAD_REQUEST, NOT_FOUND, SERVER_ERROR
+from explorer.ui.jobs import ApiRuns, check_key
 
 log = logging.getLogger("explorer.ui")
 MAX_RUN_ID = 64
@@ -58,7 +63,12 @@ class RunCosts(TypedDict):
 
 
 class RunSummary(TypedDict):
-    """``/run``'s answer: enough to judge the run at a glance; ``/fetch_run`` gives the whole trace."""
+    """``/run``'s answer: enough to judge the run at a glance; ``/fetch_run`` gives the whole trace.
+
+    While the call waits its turn, ``/run`` streams the same shape with ``status`` ``queued``, its
+    ``queue_position`` (1 = next) and ``estimate_seconds``; while the run goes, ``running`` and its
+    ``run_id``; the last answer is the stored run (``queue_position`` 0).
+    """
 
     run_id: str
     status: str
@@ -66,6 +76,9 @@ class RunSummary(TypedDict):
     output: str
     error: str | None
     costs: RunCosts
+    queue_position: int
+    estimate_seconds: float | None
+    message: str
 
 
 class ForkFacts(TypedDict):
@@ -90,17 +103,23 @@ class ForkSummary(RunSummary):
 
 
 class ModelStatus(TypedDict):
-    """``/status``'s answer."""
+    """``/status``'s answer: the model, and the runs using it and waiting for it."""
 
     state: str
     message: str
     forward_passes: int
+    running: int
+    waiting: int
 
 
 def typed(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Resolve a function's string annotations (this module postpones them) so that gradio's API
-    description shows the real return schema instead of ``Any``."""
-    fn.__signature__ = inspect.signature(fn, eval_str=True)  # type: ignore[attr-defined]
+    description shows the real return schema instead of ``Any``; a generator's is what it yields."""
+    signature = inspect.signature(fn, eval_str=True)
+    answer = signature.return_annotation
+    if typing.get_origin(answer) in (Iterator, collections.abc.Generator):
+        signature = signature.replace(return_annotation=typing.get_args(answer)[0])
+    fn.__signature__ = signature  # type: ignore[attr-defined]
     return fn
 
 
@@ -152,17 +171,21 @@ def _settings(method: str, text: str) -> dict[tuple[str, str], Any]:
     return {(method, k): v for k, v in values.items()}
 
 
+def run_spec(model: str, method: str, variant: str, settings: str) -> RunSpec:
+    """What ``/run`` runs: the settings JSON holds the user's values, resolved by the run like ``--set``'s."""
+    return build_specs([method], {method: variant}, _settings(method, settings), model=model, explicit=True)[0]
+
+
 def run_settings(controller: RunController, model: str, question: str, method: str, variant: str,
                  settings: str) -> Trace:
-    """What ``/run`` does: the settings JSON holds the user's values, resolved by the run like ``--set``'s."""
-    spec: RunSpec = build_specs([method], {method: variant}, _settings(method, settings), model=model,
-                                explicit=True)[0]
-    return controller.run_one(question, spec)
+    """``/run``'s run made at once, without its place in line (for callers that already hold one)."""
+    return controller.run_one(question, run_spec(model, method, variant, settings))
 
 
 def _summary(trace: Trace) -> dict[str, Any]:
-    return {"run_id": trace.run_id, "status": trace.status, "answer": trace.answer, "output": trace.output,
-            "error": hide_paths(trace.error), "costs": trace.costs.to_dict()}
+    from explorer.ui.jobs import summary
+
+    return summary(trace)
 
 
 def _run_key(run_id: Any) -> str:
@@ -192,25 +215,38 @@ def fork_plan(run_id: Any, at: Any, retrieval: Any, change: Any, query: Any, par
 def register(controller: RunController, store: RunStore, model: str, *, cache: Any = None) -> None:
     """Add the named endpoints to the Blocks being built (``cache``: stored and recorded runs by id, for /fork)."""
 
-    def run(question: str, method: str = "dragin", variant: str = "", settings: str = "{}") -> RunSummary:
+    runs = ApiRuns(controller)
+
+    def run(question: str, method: str = "dragin", variant: str = "", settings: str = "{}",
+            idempotency_key: str = "", request: gr.Request = None) -> Iterator[RunSummary]:  # type: ignore[assignment]
         """Run one method on one question, store the run, and return its id, status, answer and costs.
+
+        The call waits its turn when the model is busy, streaming its place in line and an estimate
+        (status "queued"), then the run id (status "running"); the last answer is the stored run. A run
+        that has started completes and is stored even if the caller goes away.
 
         Args:
             question: the question text
             method: a method name (wo, sr, fl, fs, flare, dragin, seakr, blendfilter, drrag)
             variant: paper or reference (empty: the method's default)
             settings: a JSON object of the method's settings, e.g. {"threshold": 0.3}
+            idempotency_key: any text unique to this request (a UUID); a retried call with the same key returns the
+                run the first call made (waiting for it if it still runs) instead of starting another
         """
-        def body() -> RunSummary:
+        def start() -> Any:
             name = _text(method, "method", "'dragin'").strip()
             chosen = _text(variant, "variant", "'paper'").strip()
-            trace = run_settings(controller, model, _text(question, "question", "'Who wrote Hamlet?'"), name, chosen,
-                                 settings)
-            costs: RunCosts = trace.costs.to_dict()  # type: ignore[assignment]
-            return {"run_id": trace.run_id, "status": trace.status, "answer": trace.answer, "output": trace.output,
-                    "error": hide_paths(trace.error), "costs": costs}
+            text = _text(question, "question", "'Who wrote Hamlet?'")
+            spec = run_spec(model, name, chosen, settings)
+            return runs.submit(text, spec, client=client_of(request), key=check_key(idempotency_key))
 
-        return guarded("run", body)
+        job = guarded("run", start)
+        updates = runs.updates(job)
+        while True:
+            update = guarded("run", lambda: next(updates, None))
+            if update is None:
+                return
+            yield update  # type: ignore[misc]
 
     def fetch_run(run_id: str) -> dict[str, Any]:
         """The full stored trace of a run, as JSON (its schema: docs/trace.md).
@@ -224,12 +260,14 @@ def register(controller: RunController, store: RunStore, model: str, *, cache: A
         return guarded("run_id", body)
 
     def status() -> ModelStatus:
-        """Whether the model is loaded, and how many forward passes it has made since (0 until ready)."""
+        """Whether the model is loaded, how many forward passes it has made since (0 until ready), and how many runs
+        use it and wait for it."""
         holder = controller.runtime
-        return {"state": holder.state, "message": holder.status(), "forward_passes": holder.forward_passes}
+        return {"state": holder.state, "message": holder.status(), "forward_passes": holder.forward_passes,
+                "running": controller.gate.running, "waiting": controller.gate.waiting}
 
     def fork(run_id: str, at: str = "", retrieval: int | None = None, change: str = "none", query: str = "",
-             params: str = "", passages: str = "") -> ForkSummary:
+             params: str = "", passages: str = "", request: gr.Request = None) -> ForkSummary:  # type: ignore[assignment]
         """Fork a stored run: replay it up to a point, continue live with one change; store and summarise the fork.
 
         Args:
@@ -247,7 +285,7 @@ def register(controller: RunController, store: RunStore, model: str, *, cache: A
 
             plan = fork_plan(run_id, at, retrieval, change, query, params, passages)
             parent = cache.get(plan.parent) if cache is not None else store.get(plan.parent)
-            child = controller.run_fork(parent, plan)
+            child = controller.run_fork(parent, plan, client=client_of(request))
             d = diff_runs(parent, child)
             family = child.fork or {}
             facts: ForkFacts = {"parent_run_id": parent.run_id, "root_run_id": str(family.get("root") or ""),
@@ -259,7 +297,8 @@ def register(controller: RunController, store: RunStore, model: str, *, cache: A
 
         return guarded("fork", body)
 
-    gr.api(typed(run), api_name="run", concurrency_limit=1, concurrency_id="model")
-    gr.api(typed(fork), api_name="fork", concurrency_limit=1, concurrency_id="model")
+    # Every model call enters at once; the controller's gate decides who runs and tells the others their turn.
+    gr.api(typed(run), api_name="run", concurrency_limit=EVENT_LIMIT, concurrency_id="model")
+    gr.api(typed(fork), api_name="fork", concurrency_limit=EVENT_LIMIT, concurrency_id="model")
     gr.api(typed(status), api_name="status")
     gr.api(typed(fetch_run), api_name="fetch_run")

@@ -5,8 +5,8 @@
 view), History (:mod:`~explorer.ui.history_tab`), Evaluations (:mod:`~explorer.ui.evaluations`)
 and the public endpoints (:mod:`~explorer.ui.api`); the model loads in the background from
 server start (:class:`~explorer.ui.controller.RuntimeHolder`).
-Model runs share one queue slot (``concurrency_id="model"``), so concurrent users wait their
-turn instead of interleaving on one model.
+Model runs go through one gate (:mod:`~explorer.ui.admission`): a few at once, their decode
+steps sharing one batch on the model, and the rest in line, told their place and an estimate.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from explorer.methods.base import method_names  # noqa: E402
 from explorer.paths import ASSETS_DIR  # noqa: E402
 from explorer.store import RunStore  # noqa: E402
 from explorer.ui import api, controls, forkblock, gallery, history_tab, questions, run_tab, viewblock  # noqa: E402
+from explorer.ui.admission import EVENT_LIMIT, RunGate  # noqa: E402
 from explorer.ui.controller import RunController, RuntimeHolder, given_name  # noqa: E402
 from explorer.ui.evaluations import build_evaluations_tab  # noqa: E402
 from explorer.ui.history import Exports, TraceCache  # noqa: E402
@@ -47,6 +48,8 @@ class AppSettings:
     retriever: str = "bm25"
     embedder: str = ""
     attn: str = "auto"
+    #: Runs using the model at once, decoded as one batch (0: EXPLORER_CONCURRENT_RUNS, else the default).
+    concurrent_runs: int = 0
 
 
 def head_html() -> str:
@@ -91,7 +94,7 @@ def _retargeter(corpus: str):
     return retarget
 
 
-def _runtime_holder(settings: AppSettings, start: Any, opening: str | None) -> RuntimeHolder:
+def _runtime_holder(settings: AppSettings, start: Any, opening: str | None, gate: RunGate) -> RuntimeHolder:
     """The model and index, loaded in the background from server start, then warmed up on the opening question."""
     from explorer.runtime import open_runtime
 
@@ -103,6 +106,10 @@ def _runtime_holder(settings: AppSettings, start: Any, opening: str | None) -> R
         # The methods' prompts open with the same instruction and exemplars: encode those once.
         if settings.prefix_cache:
             runtime.engine.prefix_cache = PrefixCache()
+        if gate.capacity > 1:  # concurrent visitors' runs share the model's decode steps
+            from explorer.engine.batching import enable
+
+            enable(runtime.engine)
         return runtime
 
     holder = RuntimeHolder(open_app_runtime,
@@ -146,8 +153,9 @@ def build_app(settings: AppSettings) -> gr.Blocks:
     if shelf.problem:
         log.warning("%s", shelf.problem)
     opening = questions.find(questions.CASES, f"demo:{shelf.first.question_id}") if shelf.first else None
-    holder = _runtime_holder(settings, start_choice, opening.question if opening is not None else None)
-    controller = RunController(store, holder, retarget=_retargeter(settings.corpus))
+    gate = RunGate(settings.concurrent_runs or None)
+    holder = _runtime_holder(settings, start_choice, opening.question if opening is not None else None, gate)
+    controller = RunController(store, holder, retarget=_retargeter(settings.corpus), gate=gate)
     cache = TraceCache(store)
     model_name = controls.model_name(settings.model)
     head = head_html()
@@ -186,7 +194,9 @@ def launch(demo: gr.Blocks, *, host: str, port: int, auth: tuple[str, str] | Non
                                                      upload_suffixes=upload_suffixes(demo),
                                                      forwarded=ForwardedTrust(tuple(proxies))))
     os.environ["FORWARDED_ALLOW_IPS"] = ""  # uvicorn believes no forwarding header; the guard decides
-    demo.queue(default_concurrency_limit=4, max_size=64).launch(
+    # The model's events wait in the app's own line (explorer.ui.admission), so Gradio's queue holds them all.
+    demo.queue(default_concurrency_limit=4, max_size=EVENT_LIMIT + 64).launch(
+        max_threads=EVENT_LIMIT + 40,
         server_name=host, server_port=port, auth=auth, show_error=False, quiet=quiet, ssr_mode=False,
         footer_links=["api"], pwa=False, mcp_server=False, css_paths=css_paths(), theme=gr.themes.Default(),
         allowed_paths=[], run_history=False, max_file_size=MAX_UPLOAD if allow else None,

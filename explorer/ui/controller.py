@@ -29,6 +29,7 @@ from explorer.methods.base import run_question
 from explorer.runtime import Runtime
 from explorer.store import RunStore
 from explorer.trace import Event, Trace
+from explorer.ui.admission import RunGate, Ticket
 from explorer.ui.controls import RunSpec
 from explorer.ui.html import esc
 from explorer.ui.render import render_runs
@@ -180,9 +181,12 @@ class RunController:
     """Streams runs for one app; keeps one cancel flag per browser session."""
 
     def __init__(self, store: RunStore, runtime: RuntimeHolder,
-                 retarget: Callable[[Runtime, str, str | None], Runtime] | None = None) -> None:
+                 retarget: Callable[[Runtime, str, str | None], Runtime] | None = None,
+                 gate: RunGate | None = None) -> None:
         self.store = store
         self.runtime = runtime
+        #: Who uses the model when: runs at once, the line behind them, the cap per client.
+        self.gate = gate or RunGate()
         # (loaded runtime, retriever kind, embedder) -> the same engine over another retriever of the corpus
         self.retarget = retarget
         self._cancels: dict[str, threading.Event] = {}
@@ -208,22 +212,29 @@ class RunController:
                                 fix="restart the app with a writable --db to run questions")
         return question
 
-    def run_one(self, question: str, spec: RunSpec, gold: dict[str, Any] | None = None) -> Trace:
-        """Run and store one method without streaming (the scripting API); stored from its start."""
+    def run_one(self, question: str, spec: RunSpec, gold: dict[str, Any] | None = None,
+                prepare: Callable[[Trace, Any, Any], None] | None = None) -> Trace:
+        """Run and store one method without streaming (the scripting API); stored from its start.
+
+        The caller holds a place of the gate (:mod:`explorer.ui.jobs` queues ``/run`` calls);
+        ``prepare`` sees the trace once it is stored as running (``/run`` binds its key there).
+        """
         question = self._check(question)
         return run_question(spec.method, question, self.runtime.get(), variant=spec.variant, config=spec.config,
-                            gold=gold, journal=RunJournal(self.store))
+                            gold=gold, journal=RunJournal(self.store), prepare=prepare)
 
     def stream(self, question: str, specs: list[RunSpec], *, gold: dict[str, Any] | None, session: str,
                signal: str = "prob", retriever: str | None = None, embedder: str | None = None) -> Iterator[Update]:
         """Run ``specs`` on ``question`` one after another, yielding views as they progress."""
         question = self._check(question)
+        ticket = self.gate.enter(f"session:{session}")
         cancel = self._claim(session)
         inbox: queue.Queue[tuple[str, int, Any]] = queue.Queue()
         worker = threading.Thread(target=self._work, args=(question, specs, gold or {}, cancel, inbox,
-                                                           (retriever, embedder)),
+                                                           (retriever, embedder), ticket),
                                   name="run-worker", daemon=True)
-        yield from self._run_worker(worker, session, cancel, self._drain(question, specs, inbox, cancel, signal))
+        yield from self._run_worker(worker, session, cancel, self._drain(question, specs, inbox, cancel, signal),
+                                    ticket)
 
     def _claim(self, session: str) -> threading.Event:
         """A new cancel flag for ``session``; the run it had going is cancelled."""
@@ -236,19 +247,35 @@ class RunController:
         return cancel
 
     def _run_worker(self, worker: threading.Thread, session: str, cancel: threading.Event,
-                    drain: Iterator[Update]) -> Iterator[Update]:
-        if not self.runtime.ready:
-            yield Update(render_runs([], message=esc(self.runtime.status())), status_html(self.runtime.status()))
-        worker.start()
+                    drain: Iterator[Update], ticket: Ticket) -> Iterator[Update]:
         try:
+            yield from self._wait_turn(ticket, cancel)
+            if cancel.is_set():  # a newer run of the same page took over while this one waited
+                return
+            if not self.runtime.ready:
+                yield Update(render_runs([], message=esc(self.runtime.status())), status_html(self.runtime.status()))
+            worker.start()
             yield from drain
         finally:
+            if not worker.is_alive():
+                ticket.release()  # never started, or already ended (a running worker releases its own)
             # A closed stream (the browser went away) must not leave the model running for nobody;
             # after a normal end the worker has already finished and this changes nothing.
             cancel.set()
             with self._lock:
                 if self._cancels.get(session) is cancel:
                     del self._cancels[session]
+
+    def _wait_turn(self, ticket: Ticket, cancel: threading.Event) -> Iterator[Update]:
+        """While the page waits in line: its place and an estimate, refreshed as the line moves."""
+        shown = ""
+        while not ticket.admitted.is_set() and not cancel.is_set():
+            text = ticket.describe()
+            if text != shown:
+                shown = text
+                line = text[:1].upper() + text[1:] + "."
+                yield Update(render_runs([], message=esc(line)), status_html(line))
+            ticket.wait(REFRESH * 5)
 
     # -- forks ----------------------------------------------------------------------------------------
     def fork_runtime(self, parent: Trace) -> Runtime:
@@ -267,32 +294,39 @@ class RunController:
                                 fix="restart the app with a writable --db to fork runs")
         check(parent, plan)
 
-    def run_fork(self, parent: Trace, plan: ForkPlan) -> Trace:
-        """Fork ``parent`` without streaming (the scripting API); the fork is stored from its start."""
+    def run_fork(self, parent: Trace, plan: ForkPlan, client: str = "api") -> Trace:
+        """Fork ``parent`` without streaming (the scripting API), in its turn; the fork is stored from its start."""
         from explorer.forks import fork_run
 
         self._fork_check(parent, plan)
-        return fork_run(parent, plan, self.fork_runtime(parent), journal=RunJournal(self.store))
+        ticket = self.gate.enter(client)
+        try:
+            ticket.wait()
+            return fork_run(parent, plan, self.fork_runtime(parent), journal=RunJournal(self.store))
+        finally:
+            ticket.release()
 
     def stream_fork(self, parent: Trace, plan: ForkPlan, *, session: str, signal: str = "prob") -> Iterator[Update]:
         """Fork ``parent`` as ``plan`` says, streaming the fork beside its parent (divergence marked in both)."""
         self._fork_check(parent, plan)
+        ticket = self.gate.enter(f"session:{session}")
         cancel = self._claim(session)
         inbox: queue.Queue[tuple[str, int, Any]] = queue.Queue()
         spec = RunSpec(parent.method, parent.variant, dict(parent.config))
-        worker = threading.Thread(target=self._work_fork, args=(parent, plan, cancel, inbox), name="fork-worker",
-                                  daemon=True)
+        worker = threading.Thread(target=self._work_fork, args=(parent, plan, cancel, inbox, ticket),
+                                  name="fork-worker", daemon=True)
         drain = self._drain(parent.question, [spec], inbox, cancel, signal, beside=[parent],
                             marks={parent.run_id: plan.point.to_dict()})
-        yield from self._run_worker(worker, session, cancel, drain)
+        yield from self._run_worker(worker, session, cancel, drain, ticket)
 
-    def _work_fork(self, parent: Trace, plan: ForkPlan, cancel: threading.Event, inbox: queue.Queue) -> None:
+    def _work_fork(self, parent: Trace, plan: ForkPlan, cancel: threading.Event, inbox: queue.Queue,
+                   ticket: Ticket) -> None:
         from explorer.forks import fork_run
 
         def listener(kind: str, data: dict[str, Any]) -> None:
             inbox.put((kind, 0, data))
 
-        with _reported(inbox, "a fork"):
+        with _reported(inbox, "a fork", ticket):
             runtime = self.fork_runtime(parent)
             inbox.put(("start", 0, None))
             trace = fork_run(parent, plan, runtime, listeners=[listener], cancel=cancel, journal=RunJournal(self.store))
@@ -300,8 +334,9 @@ class RunController:
 
     # -- the worker ---------------------------------------------------------------------------------
     def _work(self, question: str, specs: list[RunSpec], gold: dict[str, Any], cancel: threading.Event,
-              inbox: queue.Queue, choice: tuple[str | None, str | None] = (None, None)) -> None:
-        with _reported(inbox, "a run"):
+              inbox: queue.Queue, choice: tuple[str | None, str | None] = (None, None),
+              ticket: Ticket | None = None) -> None:
+        with _reported(inbox, "a run", ticket):
             runtime = self.runtime.get()
             kind, embedder = choice
             if kind and self.retarget is not None:
@@ -402,8 +437,10 @@ class RunController:
 
 
 @contextmanager
-def _reported(inbox: queue.Queue, what: str) -> Iterator[None]:
-    """A worker's failure as one line for the page (the log keeps the traceback), and always the end message."""
+def _reported(inbox: queue.Queue, what: str, ticket: Ticket | None = None) -> Iterator[None]:
+    """A worker's failure as one line for the page (the log keeps the traceback), and always the end message.
+
+    The worker's place at the gate goes to the next caller as soon as it ends."""
     try:
         yield
     except ExplorerError as exc:
@@ -413,4 +450,6 @@ def _reported(inbox: queue.Queue, what: str) -> Iterator[None]:
         log.exception("%s failed", what)
         inbox.put(("error", -1, hide_paths(f"internal error ({type(exc).__name__}): {exc}")))
     finally:
+        if ticket is not None:
+            ticket.release()
         inbox.put(("end", -1, None))

@@ -20,6 +20,7 @@ import gradio as gr
 
 from explorer.errors import ExplorerError, public_message
 from explorer.ui import forking
+from explorer.ui.admission import EVENT_LIMIT
 from explorer.ui.controller import RunController, status_html
 from explorer.ui.history import TraceCache
 
@@ -160,5 +161,5 @@ def wire(controls: ForkControls, view: Any, cache: TraceCache, forker: Forker | 
         except ExplorerError as exc:
             yield (*skip, status_html(public_message(exc), error=True))
 
-    controls.request.submit(on_fork, [controls.request, view.signal], outputs, concurrency_limit=1,
+    controls.request.submit(on_fork, [controls.request, view.signal], outputs, concurrency_limit=EVENT_LIMIT,
                             concurrency_id=MODEL_QUEUE, **QUIET)

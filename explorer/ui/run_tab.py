@@ -19,6 +19,7 @@ from explorer.eval.question_files import question_file_types
 from explorer.eval.question_formats import QUESTION_FORMATS
 from explorer.retrieval.choice import KINDS, RetrieverConfig, retriever_config
 from explorer.ui import controls, forkblock, gallery, gallery_block, questions, viewblock
+from explorer.ui.admission import EVENT_LIMIT
 from explorer.ui.controller import RunController, status_html
 from explorer.ui.history import TraceCache
 from explorer.ui.html import esc
@@ -277,7 +278,8 @@ def wire_recorded(tab: RunTab, shelf: gallery.Gallery, cache: TraceCache, on_run
 
     block.live.click(fill_from, [block.key, qc.source], fill_outputs, queue=False, **QUIET).then(
         lambda: gr.update(visible=False), None, block.row, queue=False, **QUIET).then(
-        on_run_live, {*run_inputs, block.key}, outputs, concurrency_limit=1, concurrency_id=MODEL_QUEUE, **QUIET)
+        on_run_live, {*run_inputs, block.key}, outputs, concurrency_limit=EVENT_LIMIT, concurrency_id=MODEL_QUEUE,
+        **QUIET)
 
 
 def wire(tab: RunTab, controller: RunController, cache: TraceCache, shelf: gallery.Gallery) -> None:
@@ -296,7 +298,7 @@ def wire(tab: RunTab, controller: RunController, cache: TraceCache, shelf: galle
 
     # The recorded-run line goes first: the browser starts a button's handlers in order, and the run streams.
     rc.run_btn.click(lambda: gr.update(visible=False), None, tab.shelf_block.row, queue=False, **QUIET)
-    rc.run_btn.click(on_run, run_inputs, outputs, concurrency_limit=1, concurrency_id=MODEL_QUEUE, **QUIET)
+    rc.run_btn.click(on_run, run_inputs, outputs, concurrency_limit=EVENT_LIMIT, concurrency_id=MODEL_QUEUE, **QUIET)
     wire_recorded(tab, shelf, cache, on_run, run_inputs, outputs)
     rc.cancel_btn.click(on_cancel, None, rc.status, queue=False, **PRIVATE)
 

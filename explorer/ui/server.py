@@ -131,6 +131,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         default=os.environ.get("EXPLORER_PREFIX_CACHE", "1") != "0",
                         help="encode every prompt whole instead of reusing the states of an opening shared with a "
                              "recent prompt (env EXPLORER_PREFIX_CACHE=0)")
+    parser.add_argument("--concurrent-runs", type=int, default=0, metavar="N",
+                        help="runs using the model at once, their tokens decoded as one batch; later callers wait "
+                             "in line and are told their place (env EXPLORER_CONCURRENT_RUNS; default 4)")
     parser.add_argument("--quiet", action="store_true", help="print less at start")
     return parser.parse_args(argv)
 
@@ -203,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
         auth = parse_auth(args.auth)
         proxies = parse_proxies(args.forwarded_allow_ips)
         check_port(args.host, args.port)
+        if args.concurrent_runs < 0:
+            raise ExplorerError(f"--concurrent-runs must be at least 1, got {args.concurrent_runs}",
+                                where="--concurrent-runs", fix="give e.g. --concurrent-runs 4, or leave it out")
         check_model_offline(args.model)
         warning = exposure_warning(args.host, auth)
         if warning:
@@ -212,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         from explorer.ui.app import AppSettings, build_app, launch
 
         demo = build_app(AppSettings(db=Path(args.db), model=args.model, corpus=args.corpus, preload=not args.lazy,
-                                     prefix_cache=args.prefix_cache,
+                                     prefix_cache=args.prefix_cache, concurrent_runs=args.concurrent_runs,
                                      retriever=args.retriever, embedder=args.embedder, attn=args.attn))
         if not args.quiet:
             print(f"runs are stored in {args.db}", flush=True)

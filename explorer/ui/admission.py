@@ -1,0 +1,185 @@
+"""Who uses the model when: a bounded number of runs at once, a line for the rest, a cap per client.
+
+The model decodes concurrent runs as one batch (:mod:`explorer.engine.batching`), so the app lets
+``capacity`` runs go at once and keeps every further caller in a first-come line instead of
+refusing or timing it out. A waiting caller is told its place and an estimate (the mean length of
+recent runs times the waves of ``capacity`` runs ahead of it), and is let in the moment a run
+ends. One client (a login, or without one a browser tab or script session) may hold at most
+``per_client`` places, running or waiting, so one script cannot fill the line; the line itself
+holds at most ``max_waiting`` callers. Both refusals say what to do.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from explorer.errors import ExplorerError
+
+#: Runs that use the model at once in the app, unless EXPLORER_CONCURRENT_RUNS says otherwise.
+DEFAULT_CAPACITY = 4
+#: Places (running or waiting) one client may hold, unless EXPLORER_RUNS_PER_CLIENT says otherwise.
+DEFAULT_PER_CLIENT = 4
+#: Callers that may wait in line at once.
+DEFAULT_MAX_WAITING = 256
+#: How many recent run lengths the estimate averages.
+HISTORY = 20
+#: Model events Gradio lets in at once: every caller reaches the gate, which runs or lines them up.
+EVENT_LIMIT = 320
+
+
+def client_of(request: Any) -> str:
+    """Who a call comes from, for the per-client cap: the login, else the browser tab or script session."""
+    user = getattr(request, "username", None) if request is not None else None
+    if user:
+        return f"user:{user}"
+    session = getattr(request, "session_hash", None) if request is not None else None
+    return f"session:{session or 'anonymous'}"
+
+
+def _env_count(name: str, default: int) -> int:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        count = int(value)
+    except ValueError:
+        raise ExplorerError(f"{name}={value!r} is not a number", where=name, fix=f"set it to e.g. {default}") from None
+    if count < 1:
+        raise ExplorerError(f"{name} must be at least 1, got {count}", where=name, fix=f"set it to e.g. {default}")
+    return count
+
+
+def default_capacity() -> int:
+    return _env_count("EXPLORER_CONCURRENT_RUNS", DEFAULT_CAPACITY)
+
+
+def default_per_client() -> int:
+    return _env_count("EXPLORER_RUNS_PER_CLIENT", DEFAULT_PER_CLIENT)
+
+
+class Ticket:
+    """One caller's place: waiting (``position`` >= 1) until admitted (``position`` 0), then released."""
+
+    def __init__(self, gate: RunGate, client: str) -> None:
+        self.gate = gate
+        self.client = client
+        self.admitted = threading.Event()
+        self.released = False
+        self.since = time.monotonic()
+        self.started: float | None = None
+
+    @property
+    def position(self) -> int:
+        """1 for the next caller in line, 2 behind it...; 0 once admitted (or released)."""
+        return self.gate.position(self)
+
+    @property
+    def estimate(self) -> float | None:
+        """Seconds until this caller is likely let in (None while no run has finished to judge by)."""
+        return self.gate.estimate(self.position)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait up to ``timeout`` seconds to be let in; True once admitted."""
+        return self.admitted.wait(timeout)
+
+    def release(self) -> None:
+        """The run ended (or the caller left the line): its place goes to the next caller."""
+        self.gate.release(self)
+
+    def describe(self) -> str:
+        """The waiting line as a caller reads it: place, and how long, if that can be judged yet."""
+        position = self.position
+        if position == 0:
+            return "running"
+        estimate = self.estimate
+        wait = f", about {wait_text(estimate)}" if estimate is not None else ""
+        ahead = self.gate.capacity
+        return (f"waiting for the model: number {position} in line{wait} ({ahead} run"
+                f"{'s' if ahead != 1 else ''} at a time; this page updates when it starts)")
+
+
+def wait_text(seconds: float) -> str:
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    return f"{round(seconds / 60)} min"
+
+
+class RunGate:
+    """At most ``capacity`` admitted tickets; the rest wait first come, first served."""
+
+    def __init__(self, capacity: int | None = None, *, per_client: int | None = None,
+                 max_waiting: int = DEFAULT_MAX_WAITING) -> None:
+        self.capacity = capacity or default_capacity()
+        self.per_client = per_client or default_per_client()
+        self.max_waiting = max_waiting
+        self._lock = threading.Lock()
+        self._running: list[Ticket] = []
+        self._waiting: deque[Ticket] = deque()
+        self._lengths: deque[float] = deque(maxlen=HISTORY)
+
+    def enter(self, client: str) -> Ticket:
+        """A place for ``client``: admitted at once when there is room, else at the end of the line."""
+        with self._lock:
+            held = sum(1 for t in (*self._running, *self._waiting) if t.client == client)
+            if held >= self.per_client:
+                raise ExplorerError(f"this client already has {held} runs running or waiting, the most one client "
+                                    "may have at once", where="run",
+                                    fix="wait for one of them to finish (each call returns when its run is stored), "
+                                        "then send the next; the limit is EXPLORER_RUNS_PER_CLIENT on the server")
+            if len(self._waiting) >= self.max_waiting:
+                raise ExplorerError(f"{len(self._waiting)} runs are already waiting for the model", where="run",
+                                    fix="try again in a few minutes")
+            ticket = Ticket(self, client)
+            self._waiting.append(ticket)
+            self._promote()
+        return ticket
+
+    def position(self, ticket: Ticket) -> int:
+        with self._lock:
+            try:
+                return self._waiting.index(ticket) + 1
+            except ValueError:
+                return 0
+
+    def estimate(self, position: int) -> float | None:
+        """How long the caller at ``position`` is likely to wait (None without finished runs to judge by)."""
+        if position <= 0:
+            return 0.0
+        with self._lock:
+            if not self._lengths:
+                return None
+            mean = sum(self._lengths) / len(self._lengths)
+        return math.ceil(position / self.capacity) * mean
+
+    def release(self, ticket: Ticket) -> None:
+        with self._lock:
+            if ticket.released:
+                return
+            ticket.released = True
+            if ticket in self._running:
+                self._running.remove(ticket)
+                if ticket.started is not None:
+                    self._lengths.append(time.monotonic() - ticket.started)
+            elif ticket in self._waiting:
+                self._waiting.remove(ticket)
+            self._promote()
+
+    def _promote(self) -> None:
+        while self._waiting and len(self._running) < self.capacity:
+            ticket = self._waiting.popleft()
+            ticket.started = time.monotonic()
+            self._running.append(ticket)
+            ticket.admitted.set()
+
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)

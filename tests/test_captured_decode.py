@@ -1,0 +1,76 @@
+"""The decode step as one captured graph gives the tokens and signals of the engine's own loop.
+
+On a GPU the step is replayed as a CUDA graph; on a CPU the same step is captured by
+``torch.compile(fullgraph=True)``, which refuses any step that cannot be traced as ONE graph, so
+this is where the step's capturability (no host synchronisation, no Python between the forward
+pass and the signals) is checked without a GPU. The compile backend here is ``aot_eager``: it
+captures and runs the same traced graph without generating C++ (inductor's code generation takes
+minutes on a small CPU; the GPU path needs none, it replays the captured kernels).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from explorer.engine import batching
+from explorer.engine.generation import Engine
+from explorer.engine.hidden import HiddenSpec
+from explorer.trace import Trace, TraceRecorder
+from tests.test_batched_decoding import close
+
+PROMPT = "Question: who built the arena in Lewiston?\nAnswer:"
+
+
+def compile_unavailable() -> str | None:
+    try:
+        import torch._dynamo as dynamo
+
+        if not dynamo.is_dynamo_supported():
+            return "torch.compile does not support this Python/platform"
+    except ImportError as exc:
+        return f"torch.compile is not available ({exc})"
+    return None
+
+
+def recorder() -> TraceRecorder:
+    return TraceRecorder(Trace(question="q", method="wo", variant="paper", config={}, model={}))
+
+
+@pytest.mark.skipif(compile_unavailable() is not None, reason=str(compile_unavailable()))
+def test_the_compiled_step_gives_the_loops_tokens_signals_attention_and_hidden_state(tiny_lm, monkeypatch) -> None:
+    monkeypatch.setenv("EXPLORER_COMPILE_BACKEND", "aot_eager")
+    engine = Engine(tiny_lm)
+    alone = engine.generate(PROMPT, max_new_tokens=12, attention=True, hidden=HiddenSpec(), ignore_eos=True)
+    batcher = batching.enable(engine, mode="compile")
+    try:
+        rec = recorder()
+        captured = engine.generate(PROMPT, max_new_tokens=12, attention=True, hidden=HiddenSpec(), ignore_eos=True,
+                                   rec=rec)
+        assert batcher.step.fallback is None and batcher.step.mode == "compile"  # traced as one graph
+        assert batcher.step._compiled is not None
+    finally:
+        batching.disable(engine)
+    assert captured.ids == alone.ids
+    assert close([t.signals for t in captured.tokens], [t.signals for t in alone.tokens])
+    assert [t.top for t in captured.tokens][3][0][0] == [t.top for t in alone.tokens][3][0][0]
+    assert all(t.signals["amax"] is not None for t in captured.tokens[:-1])  # folded inside the graph
+    assert torch.allclose(captured.hidden, alone.hidden, atol=1e-5)
+    assert close(captured.attention_row(4), alone.attention_row(4))
+    assert not [e for e in rec.trace.events if e.kind == "note"]
+
+
+def test_a_step_that_cannot_be_captured_runs_eagerly_and_the_trace_says_why(tiny_lm, monkeypatch) -> None:
+    monkeypatch.setenv("EXPLORER_COMPILE_BACKEND", "no-such-backend")
+    engine = Engine(tiny_lm)
+    alone = engine.generate(PROMPT, max_new_tokens=8, attention=True)
+    batcher = batching.enable(engine, mode="compile")
+    try:
+        rec = recorder()
+        gen = engine.generate(PROMPT, max_new_tokens=8, attention=True, rec=rec)
+    finally:
+        batching.disable(engine)
+    assert gen.ids == alone.ids
+    assert batcher.step.mode == "eager" and "no-such-backend" in (batcher.step.fallback or "")
+    notes = [e.payload for e in rec.trace.events if e.kind == "note"]
+    assert len(notes) == 1 and notes[0]["decode_fallback"] and "compiled graph" in notes[0]["message"]
