@@ -137,7 +137,9 @@ class Batcher:
 
     @property
     def live_rows(self) -> int:
-        return len(self._live)
+        """Rows still decoding. A finished job's rows are marked leaving before its caller wakes and compacted
+        after the turn, so they are not counted from the moment they are marked."""
+        return len(self._live) - len(self._leaving)
 
     @property
     def waiting(self) -> int:
