@@ -7,6 +7,7 @@ Two real apps (``python app.py --lazy``, so no model loads): one open on 127.0.0
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import re
 import socket
@@ -371,3 +372,19 @@ def test_a_model_that_failed_to_load_says_fix_once(tmp_path: Path) -> None:
         holder.get()
     assert str(info.value).count("Fix:") == 1
 
+
+
+def test_a_plain_http_call_that_leaves_optional_values_out_gets_their_defaults() -> None:
+    import inspect
+
+    from explorer.ui.call_defaults import endpoint_of, pad
+
+    defaults = ("", "dragin", "", "{}", "")
+    defaults = (inspect.Parameter.empty, *defaults[1:])
+    assert endpoint_of("/gradio_api/call/run") == "run" and endpoint_of("/gradio_api/run/fetch_run") == "fetch_run"
+    assert endpoint_of("/gradio_api/queue/join") is None and endpoint_of("/gradio_api/call/run/abc") is None
+    padded = json.loads(pad(json.dumps({"data": ["Q?", "wo"], "session_hash": "x"}).encode(), defaults))
+    assert padded == {"data": ["Q?", "wo", "", "{}", ""], "session_hash": "x"}
+    assert pad(json.dumps({"data": []}).encode(), defaults) is None  # the question has no default: Gradio refuses
+    assert pad(json.dumps({"data": ["Q?", "wo", "", "{}", "k"]}).encode(), defaults) is None  # complete already
+    assert pad(b"[" * 50_000, defaults) is None and pad(b"not json", defaults) is None  # the endpoint says why

@@ -40,9 +40,10 @@ import re
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from explorer.ui.call_defaults import endpoint_of, padded
 from explorer.ui.forwarding import ForwardedTrust, apply_forwarding
 
 FREE_ATTEMPTS = 5
@@ -147,6 +148,9 @@ class GuardSettings:
     upload_suffixes: tuple[str, ...] | None = None
     #: Proxies whose forwarding headers name the client (none by default).
     forwarded: ForwardedTrust = ForwardedTrust()
+    #: Named endpoints' parameter defaults: a plain HTTP call that leaves optional values out gets them
+    #: (:mod:`explorer.ui.call_defaults`).
+    api_defaults: dict[str, tuple[Any, ...]] = field(default_factory=dict)
 
 
 def _path(scope: Scope) -> str:
@@ -259,6 +263,9 @@ class Guard:
                 and (path in UPLOAD_ROUTES or path.startswith(UPLOAD_PREFIXES))):
             await self._upload(scope, receive, send, self.settings.upload_suffixes)
             return
+        endpoint = endpoint_of(path) if method == "POST" else None
+        if endpoint in self.settings.api_defaults:
+            scope, receive = await padded(scope, receive, self.settings.api_defaults[endpoint])
         if method == "POST" and path.startswith(SYNC_API_PREFIXES):
             await self.app(scope, receive, error_status(send))
             return
