@@ -97,9 +97,18 @@ def _runtime_holder(settings: AppSettings, start: Any, opening: str | None) -> R
 
     def open_app_runtime() -> Any:
         from explorer.engine.prefix_cache import PrefixCache
+        from explorer.engine.random_models import is_random_spec
 
-        runtime = open_runtime(settings.model, settings.corpus, retriever=start, attn=settings.attn,
-                               progress=holder.note)
+        if is_random_spec(settings.model):  # random:tiny: the form and the page without a model's wait
+            from explorer.engine.generation import Engine
+            from explorer.engine.random_models import load_random_model
+            from explorer.runtime import runtime_for
+
+            runtime = runtime_for(Engine(load_random_model(settings.model)), settings.corpus, retriever=start,
+                                  progress=holder.note)
+        else:
+            runtime = open_runtime(settings.model, settings.corpus, retriever=start, attn=settings.attn,
+                                   progress=holder.note)
         # The methods' prompts open with the same instruction and exemplars: encode those once.
         if settings.prefix_cache:
             runtime.engine.prefix_cache = PrefixCache()

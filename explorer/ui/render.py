@@ -55,13 +55,29 @@ def render_run(trace: Trace, opts: ViewOptions, *, live_tokens: list[dict[str, A
             f'{"".join(p for p in parts if p)}</article>')
 
 
+def refused_card(method: str, message: str) -> str:
+    """A ticked method that did not run: its name and the message saying what to change."""
+    try:
+        from explorer.methods.base import get_method
+
+        title = get_method(method).title
+    except Exception:  # noqa: BLE001 - a method this build does not know: its name as given
+        title = method
+    return (f'<article class="dre-run dre-refused" data-method="{esc(method)}" data-status="not-run" '
+            f'data-view="done"><header class="dre-runhead"><h3 class="dre-title">{esc(title)} '
+            f'<span class="dre-badge bad">not run</span></h3></header>'
+            f'<div class="dre-error" role="alert">{esc(message)}</div></article>')
+
+
 def render_runs(traces: list[Trace], *, signal: str = "prob", whatif_at: Mapping[str, float] | None = None,
                 live: Trace | None = None, live_tokens: list[dict[str, Any]] | None = None, live_purpose: str = "",
-                message: str = "", fork_marks: Mapping[str, dict[str, Any]] | None = None, below: str = "") -> str:
+                message: str = "", fork_marks: Mapping[str, dict[str, Any]] | None = None, below: str = "",
+                refused: list[tuple[str, str]] | None = None) -> str:
     """Runs side by side (and the one still running, if any), with their costs compared below.
 
     ``fork_marks``: run id -> a point to mark as a fork's divergence (a parent beside its fork);
-    ``below``: trusted markup after the runs (the family tree)."""
+    ``below``: trusted markup after the runs (the family tree); ``refused``: (method, message) of
+    ticked methods that did not run, each shown as a card beside the runs."""
     whatif_at = whatif_at or {}
     fork_marks = fork_marks or {}
     streaming = live is not None
@@ -72,6 +88,7 @@ def render_runs(traces: list[Trace], *, signal: str = "prob", whatif_at: Mapping
     if live is not None:
         columns.append(render_run(live, ViewOptions(signal=signal, live=True), live_tokens=live_tokens,
                                   live_purpose=live_purpose))
+    columns += [refused_card(method, why) for method, why in refused or []]
     if not columns:
         return page(message or '<p class="dre-empty">Pick a question and methods, then press Run.</p>')
     grid = f'<div class="dre-grid" data-runs="{len(columns)}">{"".join(columns)}</div>'

@@ -18,10 +18,11 @@ from explorer.errors import ExplorerError, public_message
 from explorer.eval.question_files import question_file_types
 from explorer.eval.question_formats import QUESTION_FORMATS
 from explorer.retrieval.choice import KINDS, RetrieverConfig, retriever_config
-from explorer.ui import controls, forkblock, gallery, gallery_block, questions, viewblock
+from explorer.ui import controls, forkblock, form, gallery, gallery_block, questions, viewblock
 from explorer.ui.controller import RunController, status_html
 from explorer.ui.history import TraceCache
 from explorer.ui.html import esc
+from explorer.ui.render import render_runs
 
 MODEL_QUEUE = "model"
 #: Page wiring, not scripting API (explorer/ui/api.py has the public endpoints).
@@ -111,18 +112,6 @@ def build_run_column(corpus: str, start: RetrieverConfig, embedder: str, methods
     return RunControls(retriever, embedder_box, chosen, run_btn, cancel_btn, status)
 
 
-def _param_control(p: Any, value: Any, info: str) -> Any:
-    """The input that suits a parameter's type."""
-    if p.type == "bool":
-        return gr.Checkbox(value=bool(value), label=p.name, info=info, elem_id=p.elem_id)
-    if p.choices:
-        return gr.Dropdown(list(p.choices), value=value, label=p.name, info=info, elem_id=p.elem_id)
-    if p.type in ("int", "float"):
-        return gr.Number(value=value, label=p.name, info=info, elem_id=p.elem_id,
-                         step=1 if p.type == "int" else 0.01, min_width=180)
-    return gr.Textbox(value=str(value), label=p.name, info=info, elem_id=p.elem_id)
-
-
 def build_method_settings(methods: list[str], model: str) -> MethodSettings:
     """One tab per method: its variant and every quick parameter, from its config's description.
 
@@ -142,14 +131,14 @@ def build_method_settings(methods: list[str], model: str) -> MethodSettings:
                 with gr.Row():
                     for p in controls.params(method):
                         note = controls.preset_note(p, choices[0], model)
-                        comp = _param_control(p, controls.shown_default(p, choices[0], model),
-                                              p.info + (f" · {note}" if note else ""))
+                        comp = form.param_component(p, controls.shown_default(p, choices[0], model),
+                                                    p.info + (f" · {note}" if note else ""))
                         param_inputs[(method, p.name)] = comp
                         if any(controls.preset_note(p, v, model) for v in choices):
                             preset_bearing.append((p, comp))
                 if preset_bearing:
                     def on_variant(variant: str, bearing=tuple(preset_bearing)) -> list[Any]:
-                        return [gr.update(value=controls.shown_default(p, variant, model),
+                        return [gr.update(value=form.shown_value(p, controls.shown_default(p, variant, model)),
                                           info=p.info + (f" · {n}" if (n := controls.preset_note(p, variant, model))
                                                          else "")) for p, _ in bearing]
 
@@ -227,12 +216,19 @@ def run_handler(tab: RunTab, controller: RunController, cache: TraceCache) -> Ca
             ticked = sorted(data[rc.chosen] or [], key=lambda m: methods.index(m) if m in methods else len(methods))
             if recorded is not None:
                 ticked = [recorded.method]
-            specs = controls.build_specs(ticked, {m: data[c] for m, c in ms.variants.items()},
-                                         {k: data[c] for k, c in ms.params.items()}, model=tab.model)
+            specs, refused = controls.plan_runs(ticked, {m: data[c] for m, c in ms.variants.items()},
+                                                {k: data[c] for k, c in ms.params.items()}, model=tab.model)
             text, gold_info = question_of(data, recorded)
+            if not specs:  # every ticked method refused: a card each, nothing to run
+                controller.check_question(text)
+                html = render_runs([], refused=[(r.method, r.message) for r in refused])
+                status = "; ".join(f"{r.method} not run: {r.message}" for r in refused)
+                yield html, status_html(status, error=True), *skip
+                return
             choice = retriever_config(data[rc.retriever] or "bm25", (data[rc.embedder] or "").strip() or None)
             updates = controller.stream(text, specs, gold=gold_info, session=request.session_hash or "anonymous",
-                                        signal=data[view.signal], retriever=choice.kind, embedder=choice.embedder)
+                                        signal=data[view.signal], retriever=choice.kind, embedder=choice.embedder,
+                                        refused=refused)
             for update in updates:
                 if update.done:
                     html, state, run_u, theta_u = viewblock.after_show(cache, viewblock.Shown(update.run_ids),
@@ -263,8 +259,9 @@ def wire_recorded(tab: RunTab, shelf: gallery.Gallery, cache: TraceCache, on_run
         if item is None or trace is None:
             return [gr.skip()] * len(fill_outputs)
         q = questions.find(questions.CASES, f"demo:{item.question_id}")
-        values = {c: gr.update(value=trace.config[name]) for name, c in method_params.get(item.method, [])
-                  if name in trace.config}
+        declared = {p.name: p for p in controls.params(item.method)}
+        values = {c: gr.update(value=form.shown_value(declared[name], trace.config[name]))
+                  for name, c in method_params.get(item.method, []) if name in trace.config and name in declared}
         return [gr.skip() if src == questions.CASES else questions.CASES,
                 f"demo:{item.question_id}", item.question, gold_html(q), [item.method],
                 *(trace.variant if m == item.method else gr.skip() for m in ms.variants),
