@@ -54,15 +54,20 @@ def test_each_declared_type_has_an_input_that_gives_back_what_it_was_given() -> 
     with gr.Blocks():
         layer = form.param_component(seakr["layer"], None, "")
         threshold = form.param_component(drrag["threshold"], None, "")
-        assert isinstance(layer, gr.Number) and layer.value is None  # not a text box holding "None"
-        assert form.handed_back(layer) is None and form.handed_back(threshold) is None
+        # an empty text box, neither the text "None" nor a number box (the browser shows and sends 0 for None)
+        assert isinstance(layer, gr.Textbox) and layer.value == ""
+        assert controls.value_from_control(seakr["layer"], form.handed_back(layer)) is None
+        assert controls.value_from_control(drrag["threshold"], form.handed_back(threshold)) is None
+        assert isinstance(form.param_component(seakr["k"], 20, ""), gr.Number)
         assert isinstance(form.param_component(seakr["estimator"], "gram", ""), gr.Dropdown)
         assert isinstance(form.param_component(seakr["self_check"], False, ""), gr.Checkbox)
     # a typed value, an emptied box and the text users write for "nothing" all land on the config's terms
-    assert controls.value_from_control(seakr["layer"], 12.0) == 12
+    assert controls.value_from_control(seakr["layer"], " 12 ") == 12
     assert controls.value_from_control(seakr["layer"], "  ") is None
     assert controls.value_from_control(seakr["layer"], "None") is None
-    assert controls.value_from_control(drrag["threshold"], 1) == 1.0
+    assert controls.value_from_control(drrag["threshold"], "0.5") == 0.5
+    with pytest.raises(ConfigError, match=r"SeakrConfig\.layer: 'twelve' is not a valid int"):
+        controls.spec_for("seakr", None, {("seakr", "layer"): "twelve"})
     with pytest.raises(ConfigError, match=r"seakr · k: no value given"):
         controls.value_from_control(seakr["k"], None)
     # list parameters (none of the shipped methods declares one yet): comma-separated text, items typed

@@ -6,8 +6,9 @@ message for a bad value is the config's own :class:`~explorer.errors.ConfigError
 not clamp or round, or the user would never see why a value was refused.
 
 Every declared type has a control that gives back what it was given (:func:`control_for` and
-:func:`value_from_control`): an optional number (``int | None``) is a number box left empty for
-None, never the text "None"; a list is a comma-separated text box. :func:`plan_runs` checks each
+:func:`value_from_control`): an optional number (``int | None``) is a text box left empty for None
+(never the text "None", and not a number box, which a browser shows as 0); a list is a
+comma-separated text box. :func:`plan_runs` checks each
 ticked method on its own, so one method's bad value refuses that method only.
 """
 
@@ -20,8 +21,10 @@ from explorer.errors import ConfigError, ExplorerError, public_message
 from explorer.methods.base import get_method
 from explorer.methods.resolve import resolve_config
 
-#: Control kinds: a checkbox, a dropdown of the declared choices, a number box, a text box, a list as text.
-CHECKBOX, DROPDOWN, NUMBER, TEXT, LIST = "checkbox", "dropdown", "number", "text", "list"
+#: Control kinds: a checkbox, a dropdown of the declared choices, a number box, a text box, a list as text,
+#: and an optional number as text (a browser's number box shows 0 where the value is None).
+CHECKBOX, DROPDOWN, NUMBER, TEXT, LIST, OPTIONAL_NUMBER = "checkbox", "dropdown", "number", "text", "list", \
+    "optional-number"
 
 
 @dataclass(frozen=True)
@@ -146,7 +149,9 @@ def control_for(param: Param, value: Any) -> Control:
     if param.choices:
         return Control(DROPDOWN, value, param.optional)
     if param.base in ("int", "float"):
-        return Control(NUMBER, value, param.optional, integer=param.base == "int")
+        if param.optional:  # empty text is None; a number box would show (and send) 0
+            return Control(OPTIONAL_NUMBER, "" if value is None else str(value), True, integer=param.base == "int")
+        return Control(NUMBER, value, False, integer=param.base == "int")
     if param.item_type is not None:
         items = value if isinstance(value, (list, tuple, set)) else ([] if value is None else [value])
         return Control(LIST, ", ".join(str(v) for v in items), param.optional)
@@ -154,6 +159,7 @@ def control_for(param: Param, value: Any) -> Control:
 
 
 def _item(text: str, kind: str | None) -> Any:
+    """A typed number from text where it is one; otherwise the text, for the config to say what is wrong."""
     if kind == "int" and text.lstrip("+-").isdigit():
         return int(text)
     if kind == "float":
@@ -176,6 +182,8 @@ def value_from_control(param: Param, raw: Any) -> Any:
         raw = raw.strip()
         if param.optional and raw.lower() in ("", "none"):
             return None
+    if kind == OPTIONAL_NUMBER:
+        return None if raw is None or raw == "" else _item(str(raw), param.base) if isinstance(raw, str) else raw
     if kind == NUMBER:
         if raw is None or raw == "":
             if param.optional:

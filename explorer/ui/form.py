@@ -24,10 +24,10 @@ def param_component(p: controls.Param, value: Any, info: str) -> Any:
         return gr.Dropdown(list(p.choices or ()), value=c.value, label=p.name, info=info, elem_id=p.elem_id)
     if c.kind == controls.NUMBER:
         return gr.Number(value=c.value, label=p.name, info=info, elem_id=p.elem_id, min_width=180,
-                         step=1 if c.integer else 0.01,
-                         placeholder="empty: not set (the method decides)" if c.optional else None)
+                         step=1 if c.integer else 0.01)
     hint = "comma-separated" + ("; empty: not set" if c.optional else "") if c.kind == controls.LIST else (
-        "empty: not set (the method decides)" if c.optional else None)
+        f"empty: not set (the method decides); or {'a whole number' if c.integer else 'a number'}"
+        if c.kind == controls.OPTIONAL_NUMBER else "empty: not set (the method decides)" if c.optional else None)
     return gr.Textbox(value=c.value, label=p.name, info=info, elem_id=p.elem_id, placeholder=hint)
 
 
