@@ -85,7 +85,7 @@ class RuntimeHolder:
             model = getattr(runtime.engine, "model", None)
             if self._warm is not None:
                 self.state = "warming up"
-                self.note("warming up (one short generation)")
+                self.note("warming up")
                 self._warm(runtime)
             if hasattr(model, "register_forward_pre_hook"):
                 model.register_forward_pre_hook(self._count)
@@ -116,8 +116,8 @@ class RuntimeHolder:
             return f"The model loads on the first run ({self.describe})."
         elapsed = time.monotonic() - self._since
         step = f": {hide_paths(self.step)}" if self.step else ""
-        return (f"Loading {self.describe} … {elapsed:.0f} s{step}. The recorded runs below open meanwhile; a "
-                "Run waits for the model.")
+        return (f"Loading {self.describe} … {elapsed:.0f} s{step}. Recorded runs open meanwhile; Run waits for "
+                "the model.")
 
     def get(self) -> Runtime:
         """The runtime, loading it here if nobody started it; raises ExplorerError if it cannot load."""
@@ -414,7 +414,7 @@ class RunController:
                 status = status_html("; ".join(f"{t.method}: {hide_paths(t.error)}" for t in problems), error=True)
             else:
                 status = status_html(f"Done: {len(finished)} run(s) stored.")
-        html = render_runs(finished, signal=signal, refused=not_run,
+        html = render_runs(finished, signal=signal, refused=not_run, interactive=True,
                            message="" if finished or not_run else esc(error or "Nothing ran."))
         return Update(html, status, ids, done=True)
 
