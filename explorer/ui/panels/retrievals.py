@@ -15,7 +15,7 @@ from explorer.ui.view import TraceView, ViewOptions
 def _hit(hit: dict, gold: set[str], compact: bool) -> str:
     pid = str(hit.get("id", ""))
     is_gold = pid in gold
-    head = (f'<span class="dre-rank">#{esc(hit.get("rank", "?"))}</span> <b>{esc(hit.get("title", ""))}</b> '
+    head = (f'<span class="dre-rank">rank {esc(hit.get("rank", "?"))}</span> <b>{esc(hit.get("title", ""))}</b> '
             f'<span class="dre-score">score {esc(fmt(hit.get("score")))}</span> <code>{esc(pid)}</code>'
             + (" " + badge("gold", "gold") if is_gold else ""))
     text = esc(hit.get("text", ""))

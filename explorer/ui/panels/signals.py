@@ -30,7 +30,7 @@ def _chart(view: TraceView, signal: str, decisions: list[whatif.Decision], theta
     checks = _checks(view, signal)
     by_check = {d.check: d for d in decisions}
     xs, ys, colours, hover, ticks = [], [], [], [], []
-    shapes, annotations = [], []
+    shapes, annotations, fired = [], [], []
     x = 0
     shade_from: int | None = None
     for e in checks:
@@ -50,6 +50,9 @@ def _chart(view: TraceView, signal: str, decisions: list[whatif.Decision], theta
                 colour = WHATIF
             if p.get("fired") == i:
                 colour = FIRED
+                moved = naming.decision_kind(p) == "forced"
+                fired.append(f"{'forced by a fork' if moved else 'fired'} at "
+                             f"{str(unit.get('text', '')).strip()!r} ({fmt(value)})")
             xs.append(x)
             ys.append(float(value))
             colours.append(colour)
@@ -86,11 +89,10 @@ def _chart(view: TraceView, signal: str, decisions: list[whatif.Decision], theta
     fig = figure([trace], shapes=shapes, annotations=annotations, xaxis=xaxis, bargap=0.15,
                  yaxis={"title": {"text": plot_text(signal), "font": {"size": 10}}},
                  margin={"b": 64 if len(xs) <= 48 else 24})
-    fired = [f"{t!r} ({fmt(v)})" for t, v, c in zip(ticks, ys, colours, strict=True) if c == FIRED]
     unit = checks[0].payload.get("unit", "unit") if checks else "unit"
     alt = (f"Bar chart of {signal} for each {unit} the method checked, {len(xs)} bars in the order checked"
            + (f"; the threshold θ = {fmt(recorded)}" if isinstance(recorded, (int, float)) else "")
-           + (f"; retrieval fired at {', '.join(fired)}" if fired else "; no bar fired")
+           + (f"; retrieval {', '.join(fired)}" if fired else "; no bar fired")
            + (f"; highest {fmt(max(ys))}" if ys else "") + ". The decisions are listed in words below.")
     return plot(fig, height=260, name="signal", alt=alt)
 

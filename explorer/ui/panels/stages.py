@@ -59,7 +59,7 @@ def _graph(view: TraceView) -> tuple[dict[str, tuple[int, str, str]], list[tuple
             for hit in r.payload.get("hits") or []:
                 key = f"p:{hit.get('id')}"
                 if key not in nodes:
-                    hover = (f"#{hit.get('rank')} {plot_text(hit.get('title'))} [{plot_text(hit.get('id'))}] "
+                    hover = (f"rank {hit.get('rank')}: {plot_text(hit.get('title'))} [{plot_text(hit.get('id'))}] "
                              f"score {fmt(hit.get('score'))}")
                     nodes[key] = (depth + 1, str(hit.get("title", "")), hover)
                 edges.append((f"q:{q.id}", key))
