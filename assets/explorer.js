@@ -53,10 +53,19 @@
       var target = document.getElementById(anchor);
       if (target && target.offsetParent !== null) {
         var item = target.closest("li, p, h2, h3, h4") || target;
+        var show = function () {
+          target.scrollIntoView({ block: "start" });
+          if (target.getBoundingClientRect().top < 8) window.scrollBy(0, -8);  // a little room above it
+        };
         item.setAttribute("tabindex", "-1");
-        item.scrollIntoView({ block: "start" });
+        show();
         item.focus({ preventScroll: true });
         item.classList.add("dre-flash");
+        // the tab's text may still be laid out when it first shows: scroll again once it has settled
+        setTimeout(function () {
+          var r = target.getBoundingClientRect();
+          if (r.top < 0 || r.top >= window.innerHeight) show();
+        }, 200);
         setTimeout(function () { item.classList.remove("dre-flash"); }, 2000);
         if (then) then(item);
       } else if (tries++ < 40) {
@@ -107,8 +116,17 @@
     return true;
   }
 
+  /* A "?" followed before this script was loaded left its anchor in the address: open it now. */
+  function helpFromAddress(tries) {
+    var hash = window.location.hash || "";
+    if (hash.indexOf("#help-") !== 0) return;
+    if (!DRE.openHelp(hash.slice(1)) && tries < 100) setTimeout(function () { helpFromAddress(tries + 1); }, 100);
+  }
+
   if (!DRE.helpLinks) {
     DRE.helpLinks = true;
+    helpFromAddress(0);
+    window.addEventListener("hashchange", function () { helpFromAddress(0); });
     document.addEventListener("click", function (event) {
       if (event.button !== 0 || event.ctrlKey || event.metaKey || event.shiftKey || event.altKey) return;
       var node = event.target && event.target.closest ? event.target : null;
