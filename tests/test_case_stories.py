@@ -88,7 +88,7 @@ def test_every_shipped_case_has_a_caption_whose_facts_agree_with_its_trace() -> 
             assert caption.look.chain[-1] == ("data-i", str(trigger.payload["token_index"]))
         # every gold passage it names as retrieved came back in that run
         titles = {str(h.get("title")) for e in trace.of_kind("retrieval") for h in e.payload.get("hits") or []}
-        for title in re.findall(r"“([^”]+)” \(R\d+, rank \d+\)", text):
+        for title in re.findall(r"“([^”]+)” \(retrieval \d+, rank \d+\)", text):
             assert title in titles, (key, title)
         # prose that is not a plain fact holds for this recording
         assert all(claim.holds for claim in caption.claims), [c.text for c in caption.claims if not c.holds]
