@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from explorer.engine.embedded import embedded_display_name
 from explorer.methods.base import method_names
 from explorer.store import RunStore
-from explorer.ui import gallery
+from explorer.ui import forking, gallery
 from explorer.ui.panels import decisions
 from explorer.ui.view import TraceView
 from tests.browser_support import (
@@ -34,6 +35,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow,
                                  reason=f"{CHROMIUM} is missing: `make browser` (apt-get install chromium)")]
 
 SHELF = gallery.load()
+#: The model the shared app runs (``make run``'s default); recorded cases of another model are not forked on it.
+APP_MODEL = str(embedded_display_name("embedded"))
 FIRST_SCREEN = {"width": 1280, "height": 720}
 MENU = ".dre-forkmenu"
 
@@ -75,6 +78,17 @@ def test_the_open_run_is_on_the_first_screen_and_run_follows_the_stream(page, ap
     _open(page, app.url)
     assert _in_first_screen(page, "#run-view [data-panel=strip] .dre-tokens .tok")  # the strip, not just its title
     assert page.locator("#settings").is_visible() and not page.locator("#method-settings").is_visible()
+    # the case's caption is one line above the strip, the rest folded; its "Look at" link highlights the token
+    first = SHELF.first
+    caption = page.locator("#recorded-note .dre-story")
+    assert caption.get_attribute("data-story") == first.key and caption.bounding_box()["height"] <= 40
+    assert not page.locator("#recorded-note .dre-story-paper").is_visible()
+    trigger = next(e for e in SHELF.trace(first.key).events if e.kind == "trigger")
+    page.locator("#recorded-note a.dre-look").click()
+    target = page.locator(f"#run-view .dre-run[data-run='{first.run_id}'] .dre-look-target")
+    target.wait_for(timeout=10_000)
+    assert target.get_attribute("data-i") == str(trigger.payload["token_index"])
+    page.evaluate("window.scrollTo(0, 0)")
     # the case-study links work from the keyboard (they are links, not a grid that throws)
     seakr = next(i for i in SHELF.items if i.method == "seakr")
     link = page.locator(f"#gallery a[data-case='{seakr.key}']")
@@ -109,6 +123,28 @@ def _lesson(trace):
     return steps, fired, retrieval, kept
 
 
+def _forkable_case(model: str) -> tuple[gallery.Item, int, int]:
+    """The first case recorded on ``model`` with a token where a retrieval can be forced, and that token
+    (span, index), read from the shipped traces as the fork menu judges them."""
+    for item in SHELF.items:
+        trace = SHELF.trace(item.key)
+        if (trace.model or {}).get("name") != model:
+            continue
+        for gen in trace.of_kind("generation"):
+            for index in range(1, len(gen.payload.get("tokens") or [])):
+                if any(a.kind == "force_retrieval" and a.ok for a in forking.token_actions(trace, gen.id, index)):
+                    return item, gen.id, index
+    raise AssertionError(f"no recorded case on {model} has a token where a retrieval can be forced")
+
+
+def _force_retrieval(page, query: str) -> None:
+    """In the open token menu: force a retrieval with ``query``."""
+    page.wait_for_selector(f"{MENU} [role=menuitem][data-kind=force_retrieval]:not([disabled])", timeout=30_000)
+    page.locator(f"{MENU} [role=menuitem][data-kind=force_retrieval]").click()
+    page.locator(f"{MENU} .dre-fm-query").fill(query)
+    page.locator(f"{MENU} .dre-fm-go").click()
+
+
 def test_a_scripted_lesson_from_a_case_link_to_a_fork_and_its_comparison_link(page, context, app) -> None:
     item = SHELF.item("dragin-dragin")
     steps, fired, retrieval, kept_span = _lesson(SHELF.trace(item.key))
@@ -137,14 +173,23 @@ def test_a_scripted_lesson_from_a_case_link_to_a_fork_and_its_comparison_link(pa
     page.keyboard.press("Escape")
     assert page.locator("#run-band").is_visible()
 
-    # a fork with a forced retrieval, from a token of the recorded run (no rerun of the parent)
+    # a fork of a case recorded on another model than the app's is refused with the model to load
     wait_ready(page)
     page.locator(f"#run-view .dre-run[data-run='{item.run_id}'] [data-span~='{kept_span}'] .tok[data-i='1']").click()
-    page.wait_for_selector(f"{MENU} [role=menuitem][data-kind=force_retrieval]:not([disabled])", timeout=30_000)
-    page.locator(f"{MENU} [role=menuitem][data-kind=force_retrieval]").click()
-    page.locator(f"{MENU} .dre-fm-query").fill("Androscoggin Bank Colisée seating capacity")
-    page.locator(f"{MENU} .dre-fm-go").click()
+    _force_retrieval(page, "Androscoggin Bank Colisée seating capacity")
+    page.wait_for_selector("#run-fork-status .dre-error", timeout=60_000)
+    refused = page.locator("#run-fork-status").inner_text()
+    assert "made with another model" in refused and str(item.model) in refused, refused
+
+    # a fork with a forced retrieval, from a token of a case recorded on the app's model (no rerun of the parent)
+    parent, span, index = _forkable_case(APP_MODEL)
+    page.locator(f"#gallery a[data-case='{parent.key}']").click()
+    page.wait_for_selector(f"#run-view .dre-run[data-run='{parent.run_id}'][data-view=done]", timeout=30_000)
+    page.locator(f"#run-view .dre-run[data-run='{parent.run_id}'] [data-span~='{span}'] .tok[data-i='{index}']").click()
+    _force_retrieval(page, "Androscoggin Bank Colisée seating capacity")
     page.wait_for_selector("#recorded-row", state="hidden", timeout=10_000)  # a live fork is not "recorded"
+    page.wait_for_function("t => document.querySelector('#run-fork-status').innerText !== t", arg=refused,
+                           timeout=60_000)  # this fork's first word, not the refusal above
     page.wait_for_function("() => document.querySelector('#run-view .dre-forkpair') ||"
                            " document.querySelector('#run-fork-status .dre-error')", timeout=240_000)
     assert page.locator("#run-fork-status .dre-error").count() == 0, page.locator("#run-fork-status").inner_text()
@@ -155,8 +200,8 @@ def test_a_scripted_lesson_from_a_case_link_to_a_fork_and_its_comparison_link(pa
     assert "fired by" not in fork.inner_text()
     href = page.locator("#run-view .dre-linkline a.dre-link").get_attribute("href")
     child = fork.get_attribute("data-run")
-    assert href == f"?compare={item.run_id},{child}"
-    assert RunStore(app.db).get(child).fork["parent"] == item.run_id
+    assert href == f"?compare={parent.run_id},{child}"
+    assert RunStore(app.db).get(child).fork["parent"] == parent.run_id
 
     # the comparison link, in a fresh page: both runs, the fork's diff, and it can be presented too
     fresh = context.new_page()
@@ -166,7 +211,7 @@ def test_a_scripted_lesson_from_a_case_link_to_a_fork_and_its_comparison_link(pa
         assert fresh.locator("#run-view [data-panel=compare]").count() == 1
         assert fresh.locator("#run-view [data-panel=fork]").count() == 1
         assert [r.get_attribute("data-run") for r in fresh.locator("#run-view .dre-grid .dre-run").all()] == \
-            [item.run_id, child]
+            [parent.run_id, child]
         fresh.wait_for_selector("body.dre-presenting #dre-presenter:not([hidden])", timeout=10_000)
         shot(fresh, "lesson-comparison", None)
     finally:
@@ -195,6 +240,10 @@ def test_the_main_views_have_no_serious_or_critical_wcag_violations(page, app) -
         page.locator(f"#gallery a[data-case='{key}']").click()
         page.wait_for_selector(f"#run-view .dre-run[data-run='{item.run_id}']", timeout=30_000)
         page.wait_for_function("() => !document.querySelector('#run-view .dre-plot:not([data-done])')")
+        # each with its caption, and DR-RAG beside the one-shot retrieval run its paper contrasts it with
+        assert page.locator("#recorded-note .dre-story").get_attribute("data-story") == key
+        assert [r.get_attribute("data-run") for r in page.locator("#run-view .dre-run").all()] == \
+            [i.run_id for i in SHELF.shown_with(item)]
         checked[key] = axe_violations(page)
     page.locator("#gallery a[data-compare]").first.click()  # recorded runs compared
     page.wait_for_selector("#run-view [data-panel=compare]", timeout=30_000)
