@@ -40,11 +40,14 @@ browser:
 		else echo "browser tests need /usr/bin/chromium: sudo apt-get install chromium"; exit 1; fi; \
 	fi
 
-# axe-core, pinned in package-lock.json, for the browser tests' accessibility checks (they skip, saying
-# why, where node/npm is missing).
+# axe-core, pinned in package-lock.json, for the browser tests' accessibility checks: npm from Debian
+# where it is missing (as root, like chromium), then `npm ci`. Without npm the checks skip, saying why.
 node_modules/.package-lock.json: package.json package-lock.json
+	@if ! command -v npm >/dev/null 2>&1 && [ "$$(id -u)" = "0" ]; then \
+		(apt-get update -qq && apt-get install -y -qq npm >/dev/null) || true; \
+	fi
 	@if command -v npm >/dev/null 2>&1; then npm ci --no-audit --no-fund --loglevel=error; \
-	else echo "npm not found: the accessibility checks (axe-core) will be skipped"; fi
+	else echo "npm not found (sudo apt-get install npm): the accessibility checks (axe-core) will be skipped"; fi
 
 axe: node_modules/.package-lock.json
 
