@@ -27,6 +27,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow,
                                  reason=f"{CHROMIUM} is missing: `make browser` (apt-get install chromium)")]
 
 SHELF = gallery.load()
+#: The recorded runs with a case link of their own (a run recorded as another's contrast opens beside it).
+LINKED = [i for i in SHELF.items if i.key not in {j.beside for j in SHELF.items if j.beside}]
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +76,7 @@ def test_the_page_opens_with_a_question_a_method_and_the_recorded_case_study(pag
     page.wait_for_selector("#run-view [data-panel=signal] .dre-plot[data-done='1'] .main-svg", timeout=30_000)
     assert "Recorded run" in page.locator("#recorded-note").inner_text()
     assert page.locator("#run-live").is_visible()
-    assert page.locator("#gallery a[data-case]").count() == len(SHELF.items)
+    assert page.locator("#gallery a[data-case]").count() == len(LINKED)
     assert page.locator("#model-status").inner_text().strip() != ""  # loading progress, then ready
     shot(page, "first-view")
 
@@ -82,12 +84,16 @@ def test_the_page_opens_with_a_question_a_method_and_the_recorded_case_study(pag
 def test_a_recorded_run_opens_complete_with_no_model_call(page, app, client) -> None:
     wait_ready(page)  # the warm-up is over: from now on every forward pass is counted
     before, stored = forward_passes(client), len(RunStore(app.db).list(limit=10_000))
-    for item in SHELF.items:
+    seen: set[str] = set()
+    for item in LINKED:
         page.locator(f"#gallery a[data-case='{item.key}']").click()
         page.wait_for_selector(f"#run-view .dre-run[data-run='{item.run_id}'][data-view=done]", timeout=15_000)
         page.wait_for_function("() => !document.querySelector('#run-view .dre-plot:not([data-done])')",
                                timeout=30_000)
         view = page.locator("#run-view")
+        shown = [r.get_attribute("data-run") for r in view.locator(".dre-run").all()]
+        assert shown == [i.run_id for i in SHELF.shown_with(item)], item.key  # a contrast opens beside its run
+        seen.update(shown)
         assert view.locator("[data-panel=strip] .tok").count() > 3, item.key
         assert view.locator("[data-panel=costs]").count() == 1
         panel = {"seakr": "uncertainty", "blendfilter": "filter", "drrag": "stages"}.get(item.method)
@@ -95,6 +101,7 @@ def test_a_recorded_run_opens_complete_with_no_model_call(page, app, client) -> 
             assert view.locator(f"[data-panel={panel}]").count() == 1, item.key
         assert item.label in page.locator("#recorded-note").inner_text()
     shot(page, "recorded-drrag", "#run-view")
+    assert seen == {i.run_id for i in SHELF.items}
     assert forward_passes(client) == before, "opening a recorded run ran the model"
     assert len(RunStore(app.db).list(limit=10_000)) == stored
     assert all(t.version == TRACE_VERSION for t in SHELF.traces.values())
