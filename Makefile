@@ -12,7 +12,7 @@ EDITABLE := $(VENV)/.editable
 # The test suite keeps its caches (converted model, indexes) inside the checkout.
 TEST_ENV := EXPLORER_CACHE=$(CURDIR)/.cache HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
-.PHONY: install run test test-fast lint bench model test-model browser gallery clean
+.PHONY: install run test test-fast lint bench model test-model browser axe gallery clean
 
 $(STAMP): requirements.txt requirements-dev.txt
 	python3 -m venv $(VENV)
@@ -40,6 +40,17 @@ browser:
 		else echo "browser tests need /usr/bin/chromium: sudo apt-get install chromium"; exit 1; fi; \
 	fi
 
+# axe-core, pinned in package-lock.json, for the browser tests' accessibility checks: npm from Debian
+# where it is missing (as root, like chromium), then `npm ci`. Without npm the checks skip, saying why.
+node_modules/.package-lock.json: package.json package-lock.json
+	@if ! command -v npm >/dev/null 2>&1 && [ "$$(id -u)" = "0" ]; then \
+		(apt-get update -qq && apt-get install -y -qq npm >/dev/null) || true; \
+	fi
+	@if command -v npm >/dev/null 2>&1; then npm ci --no-audit --no-fund --loglevel=error; \
+	else echo "npm not found (sudo apt-get install npm): the accessibility checks (axe-core) will be skipped"; fi
+
+axe: node_modules/.package-lock.json
+
 # The recorded case-study runs the app opens with (assets/gallery): recorded again only when the
 # shipped traces are of another trace version than the explorer writes (or missing).
 gallery: install model
@@ -48,7 +59,7 @@ gallery: install model
 run: install model gallery
 	$(PY) app.py
 
-test: install test-model browser
+test: install test-model browser axe
 	$(PY) -m ruff check .
 	$(TEST_ENV) $(PY) -m pytest -q --durations=25
 
@@ -64,4 +75,4 @@ bench: install model
 	$(PY) -m benchmarks.calibrate_thresholds
 
 clean:
-	rm -rf $(VENV) .pytest_cache test-artifacts .cache
+	rm -rf $(VENV) .pytest_cache test-artifacts .cache node_modules

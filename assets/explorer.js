@@ -6,12 +6,17 @@
   var DRE = (window.DRE = window.DRE || {});
   var observer = null;
 
+  /* One toolbar button (save as PNG) per chart: a page of charts is not a maze of tab stops. The chart's
+   * text alternative is its container's aria-label, written by the server from the same trace. */
   function draw(div) {
-    if (div.getAttribute("data-done") || !div.offsetWidth) return;
+    if (div.getAttribute("data-done") || !div.offsetWidth || !div.hasAttribute("data-fig")) return;
     var fig;
     try {
       fig = JSON.parse(div.getAttribute("data-fig"));
     } catch (err) {
+      fig = null;
+    }
+    if (!fig || typeof fig !== "object") {
       div.textContent = "chart data unreadable";
       div.setAttribute("data-done", "error");
       return;
@@ -20,7 +25,7 @@
     window.Plotly.newPlot(div, fig.data || [], fig.layout || {}, {
       displaylogo: false,
       responsive: true,
-      modeBarButtonsToRemove: ["select2d", "lasso2d"],
+      modeBarButtons: [["toImage"]],
     });
   }
 
@@ -39,31 +44,99 @@
     observer.observe(div);
   }
 
-  /* A panel title's "?" opens its paragraph in the app's "How to read" tab (absent in a report). */
-  DRE.openHelp = function (anchor) {
-    var tab = document.querySelector("#tab-help-button");
-    if (!tab) return false;
-    tab.click();
+  /* A panel title's "?" opens its paragraph in the app's "How to read" tab (absent in a report). The
+   * paragraph gets the focus; "Back to the run" (DRE.backFromHelp) returns to the tab and the "?" that
+   * was followed. Glossary links inside the help tab move the focus the same way. */
+  function reveal(anchor, then) {
     var tries = 0;
-    (function reveal() {
+    (function find() {
       var target = document.getElementById(anchor);
       if (target && target.offsetParent !== null) {
-        target.scrollIntoView({ block: "start" });
-        var item = target.closest("li, p, h4") || target;
+        var item = target.closest("li, p, h2, h3, h4") || target;
+        var show = function () {
+          target.scrollIntoView({ block: "start" });
+          if (target.getBoundingClientRect().top < 8) window.scrollBy(0, -8);  // a little room above it
+        };
+        item.setAttribute("tabindex", "-1");
+        show();
+        item.focus({ preventScroll: true });
         item.classList.add("dre-flash");
+        // the tab's text may still be laid out when it first shows: scroll again once it has settled
+        setTimeout(function () {
+          var r = target.getBoundingClientRect();
+          if (r.top < 0 || r.top >= window.innerHeight) show();
+        }, 200);
         setTimeout(function () { item.classList.remove("dre-flash"); }, 2000);
+        if (then) then(item);
       } else if (tries++ < 40) {
-        setTimeout(reveal, 50);
+        setTimeout(find, 50);
       }
     })();
+  }
+
+  DRE.openHelp = function (anchor, link) {
+    var tab = document.querySelector("#tab-help-button");
+    if (!tab) return false;
+    var from = document.querySelector("#tabs [role=tab][aria-selected=true]");
+    if (from && from !== tab) DRE.helpReturn = { tab: from.id, link: link || null, anchor: anchor };
+    tab.click();
+    reveal(anchor);
     return true;
   };
 
+  DRE.backFromHelp = function () {
+    var back = DRE.helpReturn || { tab: "tab-run-button" };
+    var tab = document.getElementById(back.tab) || document.getElementById("tab-run-button");
+    if (tab) tab.click();
+    var tries = 0;
+    (function focusLink() {
+      var link = back.link && back.link.isConnected && back.link.offsetParent !== null ? back.link : null;
+      if (!link && back.anchor) {
+        link = Array.prototype.find.call(document.querySelectorAll('a.dre-help[data-help="' + back.anchor + '"]'),
+                                         function (a) { return a.offsetParent !== null; }) || null;
+      }
+      if (link) { link.focus(); link.scrollIntoView({ block: "center" }); }
+      else if (tries++ < 40) setTimeout(focusLink, 50);
+    })();
+  };
+
+  /* The case-study links and the view's own links open in place (a click with a modifier, or a new
+   * tab, loads the page at that address, which opens the same view); the address bar follows. */
+  function followLink(link) {
+    var send = DRE.senders["run:link"];
+    if (!send) return false;
+    var message = null;
+    if (link.hasAttribute("data-case")) message = { "case": link.getAttribute("data-case") };
+    else if (link.hasAttribute("data-compare")) message = { compare: link.getAttribute("data-compare") };
+    if (!message) return false;
+    send(Object.assign({ nonce: Date.now() }, message));
+    try { window.history.replaceState(null, "", link.getAttribute("href")); } catch (err) { /* a file page */ }
+    document.querySelectorAll(".dre-cases a[aria-current]").forEach(function (a) { a.removeAttribute("aria-current"); });
+    if (link.closest(".dre-cases")) link.setAttribute("aria-current", "true");
+    return true;
+  }
+
+  /* A "?" followed before this script was loaded left its anchor in the address: open it now. */
+  function helpFromAddress(tries) {
+    var hash = window.location.hash || "";
+    if (hash.indexOf("#help-") !== 0) return;
+    if (!DRE.openHelp(hash.slice(1)) && tries < 100) setTimeout(function () { helpFromAddress(tries + 1); }, 100);
+  }
+
   if (!DRE.helpLinks) {
     DRE.helpLinks = true;
+    helpFromAddress(0);
+    window.addEventListener("hashchange", function () { helpFromAddress(0); });
     document.addEventListener("click", function (event) {
-      var link = event.target && event.target.closest ? event.target.closest("a.dre-help") : null;
-      if (link && DRE.openHelp(link.getAttribute("data-help"))) event.preventDefault();
+      if (event.button !== 0 || event.ctrlKey || event.metaKey || event.shiftKey || event.altKey) return;
+      var node = event.target && event.target.closest ? event.target : null;
+      if (!node) return;
+      var link = node.closest("a.dre-help");
+      if (link && DRE.openHelp(link.getAttribute("data-help"), link)) { event.preventDefault(); return; }
+      var term = node.closest("#tab-help a[href^='#help-']");
+      if (term) { event.preventDefault(); reveal(term.getAttribute("href").slice(1)); return; }
+      var open = node.closest("a[data-case], a[data-compare]");
+      if (open && followLink(open)) event.preventDefault();
     });
   }
 
@@ -87,7 +160,7 @@
     var target = document.querySelector(selector);
     link.classList.toggle("dre-look-missing", !target);
     if (!target) {
-      link.title = "This recorded run is not shown now: open it from the table of recorded runs.";
+      link.title = "This recorded run is not shown now: open it from its case-study link.";
       return false;
     }
     document.querySelectorAll(".dre-look-target").forEach(function (el) { el.classList.remove("dre-look-target"); });
@@ -114,6 +187,100 @@
     });
   }
 
+  /* ---- Presenting: large type, controls hidden, the keyboard steps from one decision to the next ----
+   * Each run's "Decisions in words" list names, per decision, the element it is about; the bar at the
+   * bottom shows the current decision's explanation and the element is highlighted. Right arrow, Page
+   * Down, Space or N: next; Left, Page Up or P: previous; Escape: stop presenting. Keys typed into a
+   * control (the what-if slider) are the control's. ?present=1 (and an export for slides) starts in it. */
+  var presenting = { index: -1 };
+
+  function shownView() {
+    var views = document.querySelectorAll("#run-view, #history-view, #evaluations-view");
+    for (var i = 0; i < views.length; i++) {
+      if (views[i].offsetParent !== null && views[i].querySelector(".dre-decision")) return views[i];
+    }
+    return document.querySelector(".dre-report") || document.body;
+  }
+
+  function bar() {
+    var node = document.getElementById("dre-presenter");
+    if (node) return node;
+    node = el("div", { id: "dre-presenter", "class": "dre-presenter", role: "region", "aria-label": "Presenting" });
+    var prev = el("button", { type: "button", "data-step": "-1", "aria-label": "previous decision" }, "◀");
+    var text = el("p", { "aria-live": "polite" });
+    var next = el("button", { type: "button", "data-step": "1", "aria-label": "next decision" }, "▶");
+    var stop = el("button", { type: "button", "data-stop": "1" }, "Stop presenting");
+    [prev, text, next, stop].forEach(function (n) { node.appendChild(n); });
+    node.addEventListener("click", function (e) {
+      var b = e.target.closest("button");
+      if (!b) return;
+      if (b.hasAttribute("data-stop")) DRE.present(false);
+      else DRE.step(parseInt(b.getAttribute("data-step"), 10));
+    });
+    document.body.appendChild(node);
+    return node;
+  }
+
+  DRE.step = function (delta, quiet) {
+    if (!document.body.classList.contains("dre-presenting")) return;
+    var view = shownView();
+    var items = Array.prototype.slice.call(view.querySelectorAll("li.dre-decision"));
+    var node = bar();
+    document.querySelectorAll(".dre-current").forEach(function (n) { n.classList.remove("dre-current"); });
+    if (!items.length) { node.querySelector("p").textContent = "This view has no decisions to step through."; return; }
+    presenting.index = Math.max(0, Math.min(items.length - 1, presenting.index + delta));
+    var item = items[presenting.index];
+    var run = item.closest(".dre-run");
+    var target = null;
+    try { target = run ? run.querySelector(item.getAttribute("data-target")) : null; } catch (err) { target = null; }
+    var label = run ? (run.querySelector(".dre-title b") || {}).textContent : "";
+    node.querySelector("p").textContent = "Decision " + (presenting.index + 1) + " of " + items.length +
+      (label && view.querySelectorAll(".dre-run").length > 1 ? " (" + label + ")" : "") + ": " + item.textContent;
+    node.setAttribute("data-index", String(presenting.index));
+    if (target) {
+      var details = target.closest("details");
+      if (details) details.open = true;
+      target.classList.add("dre-current");
+      if (!quiet) target.scrollIntoView({ block: "center" });
+    }
+  };
+
+  DRE.present = function (on) {
+    document.body.classList.toggle("dre-presenting", !!on);
+    var node = bar();
+    node.hidden = !on;
+    if (on) {
+      presenting.index = -1;
+      DRE.step(1);
+      node.querySelector("[data-step='1']").focus();
+    } else {
+      document.querySelectorAll(".dre-current").forEach(function (n) { n.classList.remove("dre-current"); });
+      var toggle = document.getElementById("present-toggle");
+      if (toggle) toggle.focus();
+    }
+  };
+
+  if (!DRE.presentKeys) {
+    DRE.presentKeys = true;
+    document.addEventListener("keydown", function (e) {
+      if (!document.body.classList.contains("dre-presenting")) return;
+      var t = e.target;
+      if (t && t.closest && t.closest(".dre-forkmenu")) return;
+      if (e.key === "Escape") { e.preventDefault(); DRE.present(false); return; }
+      if (t && t.closest && t.closest("input, select, textarea, [contenteditable=true]")) return;
+      else if (["ArrowRight", "PageDown", " ", "n", "N"].indexOf(e.key) >= 0) { e.preventDefault(); DRE.step(1); }
+      else if (["ArrowLeft", "PageUp", "p", "P"].indexOf(e.key) >= 0) { e.preventDefault(); DRE.step(-1); }
+    });
+  }
+
+  function startFromAddress() {
+    if (DRE.addressRead) return;
+    DRE.addressRead = true;
+    var wanted = false;
+    try { wanted = new URLSearchParams(window.location.search).get("present") === "1"; } catch (err) { wanted = false; }
+    if (wanted || document.body.getAttribute("data-present") === "1") DRE.present(true);
+  }
+
   /* ---- Forks (the app only: a view bound to the server; an offline report has none) ----
    * A token of a finished run's strip, or a retrieval card's "fork" button, opens a small menu of
    * what the server says resolve() accepts there (refused actions show their message). The
@@ -129,7 +296,75 @@
     return node;
   }
 
+  /* ---- The view's own controls (the app only): colour signal, what-if θ'. Their values go to the
+   * server through the view's hidden component (DRE.senders[prefix + ":view"]); the view comes back
+   * drawn again, and the control that was used gets the focus back. */
+  function viewControl(event, root, bound) {
+    var node = event.target;
+    if (!node || !node.classList) return false;
+    if (node.classList.contains("dre-theta")) {
+      var out = node.parentNode.querySelector("output");
+      var value = parseFloat(node.value);
+      if (out) out.textContent = isNaN(value) ? node.value : String(Math.round(value * 1000) / 1000);
+      if (event.type === "change") {
+        var ctl = node.closest(".dre-whatif-ctl");
+        DRE.refocus = node.id;
+        send(bound, "view", { whatif: { run: ctl.getAttribute("data-run"), theta: value } });
+      }
+      return true;
+    }
+    if (node.classList.contains("dre-signal-pick") && event.type === "change") {
+      DRE.refocus = node.id;
+      send(bound, "view", { signal: node.value });
+      return true;
+    }
+    if (node.classList.contains("dre-whatif-reset") && event.type === "click") {
+      var slider = node.parentNode.querySelector(".dre-theta");
+      DRE.refocus = slider ? slider.id : null;
+      send(bound, "view", { whatif: null });
+      return true;
+    }
+    return false;
+  }
+
+  DRE.viewEvent = function (event, root, bound) {
+    if (viewControl(event, root, bound)) return;
+    if (event.type === "click") DRE.viewClick(event, root, bound);
+    else if (event.type === "keydown") DRE.viewKey(event, root, bound);
+  };
+
+  /* Run follows the streaming output: the view is scrolled into sight when Run is pressed and the
+   * token being written is kept in sight until the run ends (or the reader scrolls away). */
+  DRE.follow = function (prefix) {
+    DRE.following = prefix || "run";
+    var view = document.getElementById(DRE.following + "-view");
+    if (view) view.scrollIntoView({ block: "start" });
+    var stop = function () { DRE.following = null; window.removeEventListener("wheel", stop); };
+    window.addEventListener("wheel", stop, { passive: true });
+  };
+
+  function afterDraw(root, bound) {
+    if (root.querySelector(".dre-run")) {
+      if (!DRE.addressRead) setTimeout(startFromAddress, 0);
+      else if (document.body.classList.contains("dre-presenting")) DRE.step(0, !!DRE.refocus);
+    }
+    if (DRE.refocus) {
+      var again = document.getElementById(DRE.refocus);
+      if (again && root.contains(again)) { again.focus(); DRE.refocus = null; }
+    }
+    if (DRE.following && bound && DRE.following === bound.prefix) {
+      var busy = root.querySelector(".dre-root[data-busy='1']");
+      var caret = root.querySelector(".dre-caret");
+      if (caret) {
+        var r = caret.getBoundingClientRect();
+        if (r.bottom > window.innerHeight || r.top < 0) caret.scrollIntoView({ block: "center" });
+      }
+      if (!busy && root.querySelector(".dre-root:not([data-stale])")) DRE.following = null;
+    }
+  }
+
   DRE.prepareView = function (root, bound) {
+    afterDraw(root, bound);
     if (!bound || !bound.forks || !bound.server) return;
     root.querySelectorAll(".dre-run[data-view=done] .dre-strip").forEach(function (strip) {
       if (strip.getAttribute("tabindex") !== null) return;
@@ -161,7 +396,7 @@
     var card = btn.closest(".dre-ret"), run = btn.closest(".dre-run");
     if (!card || !run) return null;
     var rid = parseInt(card.getAttribute("data-retrieval"), 10);
-    return { run: run.getAttribute("data-run"), where: { retrieval: rid }, anchor: btn, label: "retrieval event " + rid };
+    return { run: run.getAttribute("data-run"), where: { retrieval: rid }, anchor: btn, label: "retrieval " + rid };
   }
 
   DRE.closeForkMenu = function (refocus) {

@@ -115,6 +115,9 @@ def _fmt(x: float | None, missing: str = "-inf") -> str:
 
 
 def _type_name(t: Any) -> str:
+    """``int``, ``int | None``, ``list[str]``: a generic keeps its item type (``list[str].__name__`` is "list")."""
+    if typing.get_origin(t) in (list, tuple, set, dict):
+        return str(t).replace("typing.", "")
     return getattr(t, "__name__", str(t))
 
 

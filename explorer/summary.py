@@ -7,6 +7,7 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
+from explorer import naming
 from explorer.trace import Trace
 
 
@@ -28,7 +29,7 @@ def _query_label(p: dict) -> str:
         label = f"stage {p['stage']}" + (f", question + [{p['anchor']}]" if p.get("anchor") else ", question")
     parts = [part for part in p.get("parts", []) if part.get("generation") is not None]
     if parts:
-        label += "; " + " + ".join(f"{part['source']} text from [{part['generation']}]" for part in parts)
+        label += "; " + " + ".join(f"{part['source']} text from {naming.span(part['generation'])}" for part in parts)
         label += " + question"
     return label
 
@@ -45,8 +46,10 @@ def _check(p: dict[str, Any], _passages: int) -> list[str]:
     if p.get("unit") != "step":
         return []
     unit = p["units"][0]
-    verdict = "retrieve" if p["fired"] is not None else "no retrieval"
-    return [f"  {'⚑' if p['fired'] is not None else '·'} step {p['_step'] + 1}: {p['signal']} = "
+    kind = naming.decision_kind(p)
+    verdict = {"fired": "retrieve", "kept": "no retrieval", "forced": "retrieval forced by a fork",
+               "suppressed": "retrieval suppressed by a fork"}[kind]
+    return [f"  {'⚑' if p['fired'] is not None else '·'} {naming.step(p['_step'])}: {p['signal']} = "
             f"{_num(unit['value'])} {p['compare']} δ {p['threshold']}? {verdict}"]
 
 
@@ -65,21 +68,24 @@ def _choice(p: dict[str, Any], _passages: int) -> list[str]:
 
 
 def _generation(p: dict[str, Any], _passages: int) -> list[str]:
-    return [f"  [{p['_id']}] generated ({p['purpose']}, {len(p['tokens'])} tokens, stopped by "
+    return [f"  {naming.span(p['_id'])} generated ({p['purpose']}, {len(p['tokens'])} tokens, stopped by "
             f"{p.get('stopped_by', '?')}): {_short(p['text'])!r}"]
 
 
 def _trigger(p: dict[str, Any], _passages: int) -> list[str]:
     if p.get("unit") == "step":
         return []
-    return [f"  ⚑ retrieval fired at token {p['token_index']} ({p.get('token', '')!r}) of span "
-            f"[{p['span']}]: {p['signal']} = {p['value']:.3f} vs threshold {p['threshold']}"]
+    verb = "retrieval forced by a fork" if p.get("_kind") == "forced" else "retrieval fired"
+    return [f"  ⚑ {verb} at {naming.token(p['span'], p['token_index'])} ({p.get('token', '')!r}): "
+            f"{p['signal']} = {p['value']:.3f}, threshold {p['threshold']}"]
 
 
 def _retrieval(p: dict[str, Any], passages: int) -> list[str]:
     # Sets that a filter or a classifier judges next are shown whole, so its numbers make sense.
     shown = p["hits"] if ("set" in p or "stage" in p) else p["hits"][:passages]
-    lines = [f"      {h['rank']}. [{h['id']}] {h['title']} ({h['score']:.2f}): {_short(h['text'], 70)}" for h in shown]
+    lines = [f"    ⇢ {naming.event('retrieval', p['_id'])}: {len(p['hits'])} passage(s)"
+             + (" (suppressed by a fork)" if p.get("suppressed") else "")]
+    lines += [f"      {h['rank']}. [{h['id']}] {h['title']} ({h['score']:.2f}): {_short(h['text'], 70)}" for h in shown]
     if p.get("candidates") is not None:
         lines.append(f"      stage-2 candidates (new passages): {', '.join(p['candidates']) or 'none'}")
     return lines
@@ -111,9 +117,9 @@ _LINES: dict[str, Callable[[dict[str, Any], int], list[str]]] = {
     "uncertainty": _uncertainty, "check": _check, "rerank": _rerank, "choice": _choice, "generation": _generation,
     "trigger": _trigger, "retrieval": _retrieval, "filter": _filter, "classifier": _classifier,
     "selection": _selection,
-    "truncation": lambda p, _n: [f"  ✂ cut span [{p['span']}] at token {p['token_index']}; discarded "
+    "truncation": lambda p, _n: [f"  ✂ cut {naming.span(p['span'])} from token {p['token_index']} on; discarded "
                                  f"{_short(p['discarded_text'], 80)!r}"],
-    "query": lambda p, _n: [f"  ? query ({_query_label(p)}): {_short(p['text'])!r}"],
+    "query": lambda p, _n: [f"  ? {naming.event('query', p['_id'])} ({_query_label(p)}): {_short(p['text'])!r}"],
     "note": lambda p, _n: [f"  ! {p['message']}"],
 }
 
@@ -121,8 +127,11 @@ _LINES: dict[str, Callable[[dict[str, Any], int], list[str]]] = {
 def _event_lines(trace: Trace, passages: int) -> list[str]:
     lines: list[str] = []
     also: list[str] = []  # the non-deciding uncertainty estimates of one context, shown on one line
+    decided: dict[Any, str] = {}  # span -> how its check decided (a fork's forced retrieval is named so)
     for e in trace.events:
         p = e.payload
+        if e.kind == "check":
+            decided[p.get("span")] = naming.decision_kind(p)
         if e.kind == "uncertainty" and not p.get("primary", True):
             also.append(f"{p['estimator']} {_num(p['value'])}")
             continue
@@ -131,7 +140,7 @@ def _event_lines(trace: Trace, passages: int) -> list[str]:
             also = []
         make = _LINES.get(e.kind)
         if make is not None:
-            lines += make({**p, "_id": e.id, "_step": e.step}, passages)
+            lines += make({**p, "_id": e.id, "_step": e.step, "_kind": decided.get(p.get("span"))}, passages)
     if also:
         lines.append("      also: " + ", ".join(also))
     return lines

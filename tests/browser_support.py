@@ -27,6 +27,10 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 ARTIFACTS = ROOT / "test-artifacts"
+#: axe-core, installed by `make test` (npm ci) from package.json / package-lock.json.
+AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"
+#: The WCAG 2.2 AA rules axe checks (A and AA of 2.0, 2.1 and 2.2).
+AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa"]
 
 
 def free_port() -> int:
@@ -115,11 +119,20 @@ def open_app(page: Any, url: str, timeout: float = 120_000) -> None:
     """Load the app's page and wait for its controls. The page opens with a recorded run drawn in it,
     so on a busy 2-core machine the first paint can take well over Playwright's default 30 s."""
     page.goto(url, timeout=timeout)
-    page.wait_for_selector("#question-pick", timeout=timeout)
+    page.wait_for_selector("#question", timeout=timeout)
+
+
+def open_settings_panel(page: Any) -> None:
+    """Unfold Settings (question sources, retriever, method settings), folded under the Run band."""
+    if not page.locator("#method-settings").is_visible():
+        page.locator("#settings > button, #settings .label-wrap").first.click()
+        page.locator("#method-settings").wait_for(state="visible", timeout=10_000)
 
 
 def choose(page: Any, elem_id: str, text: str) -> None:
-    """Pick the option containing ``text`` in a Gradio dropdown."""
+    """Pick the option containing ``text`` in a Gradio dropdown (unfolding Settings when it is in there)."""
+    if not page.locator(f"#{elem_id}").is_visible():
+        open_settings_panel(page)
     page.locator(f"#{elem_id} input").click()
     page.locator("ul[role=listbox] li").filter(has_text=text).first.click()
 
@@ -129,6 +142,7 @@ def pick_question(page: Any, text: str) -> None:
 
     The page opens on the case studies; from there the demo questions (which include them and
     many more) are chosen first. Any other source chosen before (a loaded file) is kept."""
+    open_settings_panel(page)
     if page.locator("#question-source input").input_value().startswith("Case studies"):
         choose(page, "question-source", "Demo questions")
         page.wait_for_function("() => document.querySelector('#question-pick input').value === ''")
@@ -137,9 +151,7 @@ def pick_question(page: Any, text: str) -> None:
 
 
 def open_settings(page: Any, method: str) -> None:
-    accordion = page.locator("#settings")
-    if not page.locator("#method-settings").is_visible():
-        accordion.locator("button").first.click()
+    open_settings_panel(page)
     page.locator(f"#settings-{method}-button").click()
 
 
@@ -149,11 +161,23 @@ def set_param(page: Any, method: str, name: str, value: Any) -> None:
 
 
 def set_methods(page: Any, wanted: list[str]) -> None:
+    """Tick exactly ``wanted`` (method names, as the checkboxes' names carry them)."""
     for label in page.locator("#methods label").all():
         box = label.locator("input")
-        want = any(f"[{m}]" in label.inner_text() for m in wanted)
+        want = box.get_attribute("name") in wanted
         if box.is_checked() != want:
             label.click()
+
+
+def ticked_methods(page: Any) -> list[str]:
+    return [box.get_attribute("name") for box in page.locator("#methods input").all() if box.is_checked()]
+
+
+def set_whatif(page: Any, value: float, view: str = "#run-view", run: int = 0) -> None:
+    """Move a run's what-if θ' slider (beside its decision chart) to ``value`` and let go of it."""
+    slider = page.locator(f"{view} .dre-whatif-ctl .dre-theta").nth(run)
+    slider.evaluate("(el, v) => { el.value = String(v); el.dispatchEvent(new Event('input', {bubbles: true}));"
+                    " el.dispatchEvent(new Event('change', {bubbles: true})); }", value)
 
 
 def click_run(page: Any) -> None:
@@ -196,3 +220,16 @@ def shot(page: Any, name: str, selector: str | None = None) -> Path:
 def external(urls: list[str], base: str) -> list[str]:
     """Requests that left the app (or, for a file page, the file): must stay empty offline."""
     return [u for u in urls if not (u.startswith(base) or u.startswith(("data:", "blob:", "file:")))]
+
+
+def axe_violations(page: Any, context: str = "body", impacts: tuple[str, ...] = ("serious", "critical")) -> list[dict]:
+    """axe-core's WCAG 2.2 AA violations of ``impacts`` inside ``context``, each with the nodes it found."""
+    if not page.evaluate("() => typeof window.axe !== 'undefined'"):
+        page.add_script_tag(path=str(AXE))
+    result = page.evaluate("""async ([context, tags]) => {
+        const r = await window.axe.run(document.querySelector(context) || document,
+                                       {runOnly: {type: 'tag', values: tags}, resultTypes: ['violations']});
+        return r.violations.map(v => ({id: v.id, impact: v.impact, help: v.help,
+            nodes: v.nodes.slice(0, 5).map(n => n.target.join(' ') + ' :: ' + n.failureSummary.slice(0, 160))}));
+    }""", [context, AXE_TAGS])
+    return [v for v in result if v["impact"] in impacts]

@@ -70,3 +70,15 @@ def benchmark_retriever():
 @pytest.fixture()
 def tmp_db(tmp_path: Path) -> Path:
     return tmp_path / "runs.sqlite"
+
+
+@pytest.fixture(scope="session")
+def ui_app(tmp_path_factory):
+    """The web app as ``make run`` starts it (embedded model, demo corpus), shared by the browser test modules:
+    one start and one model load. Each test finds its own runs by id, so they can share the database; on
+    the demo corpus the recorded case studies can be forked, as a user forks them."""
+    from tests.browser_support import start_app
+
+    server = start_app(tmp_path_factory.mktemp("ui-app"), name="ui")
+    yield server
+    server.stop()

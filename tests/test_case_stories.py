@@ -17,7 +17,7 @@ from explorer.engine.embedded import embedded_display_name
 from explorer.eval.scores import answer_verdict, score_trace
 from explorer.paths import PROJECT_ROOT
 from explorer.trace import Trace
-from explorer.ui import case_stories, gallery, gallery_block
+from explorer.ui import case_stories, gallery, links
 from explorer.ui.panels import case_story
 from explorer.ui.render import render_runs
 
@@ -88,7 +88,7 @@ def test_every_shipped_case_has_a_caption_whose_facts_agree_with_its_trace() -> 
             assert caption.look.chain[-1] == ("data-i", str(trigger.payload["token_index"]))
         # every gold passage it names as retrieved came back in that run
         titles = {str(h.get("title")) for e in trace.of_kind("retrieval") for h in e.payload.get("hits") or []}
-        for title in re.findall(r"“([^”]+)” \(R\d+, rank \d+\)", text):
+        for title in re.findall(r"“([^”]+)” \(retrieval \d+, rank \d+\)", text):
             assert title in titles, (key, title)
         # prose that is not a plain fact holds for this recording
         assert all(claim.holds for claim in caption.claims), [c.text for c in caption.claims if not c.holds]
@@ -114,7 +114,7 @@ def test_each_caption_links_to_an_element_of_the_rendered_run() -> None:
         assert found_in(view, [["data-run", "another-run"], *path[1:]]) == 0
     drrag = SHELF.item("drrag-drrag")
     assert [i.key for i in SHELF.shown_with(drrag)] == ["drrag-sr", "drrag-drrag"]
-    assert gallery_block.shown_for(drrag, SHELF).ids == [SHELF.item("drrag-sr").run_id, drrag.run_id]
+    assert links.shown_for(drrag, SHELF).ids == [SHELF.item("drrag-sr").run_id, drrag.run_id]
 
 
 def test_the_caption_escapes_model_and_corpus_text() -> None:

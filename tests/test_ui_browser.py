@@ -27,9 +27,11 @@ from tests.browser_support import (
     click_run,
     external,
     open_app,
+    open_settings_panel,
     pick_question,
     set_methods,
     set_param,
+    set_whatif,
     shot,
     start_app,
     wait_done,
@@ -122,10 +124,7 @@ def test_dragin_run_history_reopen_compare_and_offline_report(page, app, context
     shot(page, "run-dragin", "#run-view")
 
     # what-if: a lower θ' fires earlier; the view says it is a replay of the recorded text
-    choose(page, "run-whatif-run", "dragin")
-    theta = page.locator("#run-theta input[type=number]")
-    theta.fill("0.05")
-    theta.press("Enter")
+    set_whatif(page, 0.05)  # the slider beside the decision chart
     page.wait_for_selector("#run-view .dre-whatif", timeout=15_000)
     assert "recorded generation" in view.locator(".dre-whatif").inner_text()
     assert view.locator(".tok.whatif").count() >= 1
@@ -430,6 +429,7 @@ def test_a_question_file_loads_into_the_picker_with_its_format_detected(page, tm
     mine.write_text("".join(json.dumps(r) + "\n" for r in [
         {"idx": 1, "question": "Who founded the zorblax guild?", "answer": "Ada Quill"},
         {"idx": 2, "question": "When did the zorblax guild close?", "answer": "1911"}]), encoding="utf-8")
+    open_settings_panel(page)  # question sources are folded under Settings
     page.get_by_text("Load a question file").click()
     page.locator("#question-file input[type=file]").set_input_files(str(mine))
     page.wait_for_function("() => document.querySelector('#question-source input').value"

@@ -11,20 +11,29 @@ import pytest
 from explorer.store import RunStore
 from explorer.trace import TRACE_VERSION
 from explorer.ui import gallery
-from tests.browser_support import CHROMIUM, browser_context, shot, start_app, wait_done, wait_ready, wait_tokens
+from tests.browser_support import (
+    CHROMIUM,
+    browser_context,
+    open_settings_panel,
+    shot,
+    ticked_methods,
+    wait_done,
+    wait_ready,
+    wait_tokens,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow,
               pytest.mark.skipif(not Path(CHROMIUM).exists(),
                                  reason=f"{CHROMIUM} is missing: `make browser` (apt-get install chromium)")]
 
 SHELF = gallery.load()
+#: The recorded runs with a case link of their own (a run recorded as another's contrast opens beside it).
+LINKED = [i for i in SHELF.items if i.key not in {j.beside for j in SHELF.items if j.beside}]
 
 
 @pytest.fixture(scope="module")
-def app(tmp_path_factory):
-    server = start_app(tmp_path_factory.mktemp("first"), name="first-minute")
-    yield server
-    server.stop()
+def app(ui_app):
+    return ui_app
 
 
 @pytest.fixture(scope="module")
@@ -57,18 +66,17 @@ def test_the_page_opens_with_a_question_a_method_and_the_recorded_case_study(pag
     assert SHELF.problem == "", SHELF.problem
     first = SHELF.first
     assert page.locator("#question textarea").input_value() == first.question
+    open_settings_panel(page)  # the question's source, folded under Settings
     assert "Case studies" in page.locator("#question-source input").input_value()
     assert "Lewiston" in page.locator("#question-pick input").input_value()
     assert "3,677" in page.locator("#gold").inner_text()
-    ticked = [label.inner_text() for label in page.locator("#methods label").all()
-              if label.locator("input").is_checked()]
-    assert len(ticked) == 1 and "[dragin]" in ticked[0]
+    assert ticked_methods(page) == ["dragin"]
     run = page.locator("#run-view .dre-run")
     assert run.get_attribute("data-run") == first.run_id and run.get_attribute("data-view") == "done"
     page.wait_for_selector("#run-view [data-panel=signal] .dre-plot[data-done='1'] .main-svg", timeout=30_000)
     assert "Recorded run" in page.locator("#recorded-note").inner_text()
     assert page.locator("#run-live").is_visible()
-    assert page.locator("#gallery tbody tr").count() == len(SHELF.items)
+    assert page.locator("#gallery a[data-case]").count() == len(LINKED)
     assert page.locator("#model-status").inner_text().strip() != ""  # loading progress, then ready
     shot(page, "first-view")
 
@@ -76,13 +84,16 @@ def test_the_page_opens_with_a_question_a_method_and_the_recorded_case_study(pag
 def test_a_recorded_run_opens_complete_with_no_model_call(page, app, client) -> None:
     wait_ready(page)  # the warm-up is over: from now on every forward pass is counted
     before, stored = forward_passes(client), len(RunStore(app.db).list(limit=10_000))
-    rows = page.locator("#gallery tbody tr")
-    for index, item in enumerate(SHELF.items):
-        rows.nth(index).click()
+    seen: set[str] = set()
+    for item in LINKED:
+        page.locator(f"#gallery a[data-case='{item.key}']").click()
         page.wait_for_selector(f"#run-view .dre-run[data-run='{item.run_id}'][data-view=done]", timeout=15_000)
         page.wait_for_function("() => !document.querySelector('#run-view .dre-plot:not([data-done])')",
                                timeout=30_000)
         view = page.locator("#run-view")
+        shown = [r.get_attribute("data-run") for r in view.locator(".dre-run").all()]
+        assert shown == [i.run_id for i in SHELF.shown_with(item)], item.key  # a contrast opens beside its run
+        seen.update(shown)
         assert view.locator("[data-panel=strip] .tok").count() > 3, item.key
         assert view.locator("[data-panel=costs]").count() == 1
         panel = {"seakr": "uncertainty", "blendfilter": "filter", "drrag": "stages"}.get(item.method)
@@ -90,13 +101,14 @@ def test_a_recorded_run_opens_complete_with_no_model_call(page, app, client) -> 
             assert view.locator(f"[data-panel={panel}]").count() == 1, item.key
         assert item.label in page.locator("#recorded-note").inner_text()
     shot(page, "recorded-drrag", "#run-view")
+    assert seen == {i.run_id for i in SHELF.items}
     assert forward_passes(client) == before, "opening a recorded run ran the model"
     assert len(RunStore(app.db).list(limit=10_000)) == stored
     assert all(t.version == TRACE_VERSION for t in SHELF.traces.values())
 
 
 def test_a_panel_title_opens_its_paragraph_of_the_help_tab(page) -> None:
-    page.locator("#run-view [data-panel=signal] h4 a.dre-help").first.click()
+    page.locator("#run-view [data-panel=signal] h3 a.dre-help").first.click()
     page.wait_for_selector("#help-signal", state="attached", timeout=10_000)
     page.wait_for_function("() => { const r = document.querySelector('#help-signal').getBoundingClientRect();"
                            " return r.top >= 0 && r.top < window.innerHeight; }", timeout=10_000)
@@ -124,15 +136,13 @@ def test_run_from_the_opened_page_works_without_touching_any_control(page, app) 
 def test_run_it_live_fills_the_controls_and_runs_the_recorded_method(page, app) -> None:
     wait_ready(page)
     wo = next(i for i in SHELF.items if i.method == "wo")
-    page.locator("#gallery tbody tr").nth(SHELF.items.index(wo)).click()
+    page.locator(f"#gallery a[data-case='{wo.key}']").click()
     page.wait_for_selector(f"#run-view .dre-run[data-run='{wo.run_id}']", timeout=15_000)
     before = {r["run_id"] for r in RunStore(app.db).list(limit=10_000)}
     page.evaluate("document.querySelector('#run-view .dre-root')?.setAttribute('data-stale', '1')")
     page.locator("#run-live").click()
     wait_done(page)
-    ticked = [label.inner_text() for label in page.locator("#methods label").all()
-              if label.locator("input").is_checked()]
-    assert len(ticked) == 1 and "[wo]" in ticked[0]
+    assert ticked_methods(page) == ["wo"]
     new = [r for r in RunStore(app.db).list(limit=10_000) if r["run_id"] not in before]
     assert len(new) == 1 and new[0]["method"] == "wo"
     live = RunStore(app.db).get(new[0]["run_id"])

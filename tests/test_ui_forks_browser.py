@@ -23,7 +23,6 @@ from tests.browser_support import (
     set_methods,
     set_param,
     shot,
-    start_app,
     wait_done,
     wait_ready,
     wait_tokens,
@@ -39,10 +38,8 @@ VIEW = "#run-view"
 
 
 @pytest.fixture(scope="module")
-def app(tmp_path_factory):
-    server = start_app(tmp_path_factory.mktemp("forks"), name="forks")
-    yield server
-    server.stop()
+def app(ui_app):
+    return ui_app
 
 
 @pytest.fixture()

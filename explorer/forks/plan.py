@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from explorer import naming
 from explorer.errors import ConfigError
 from explorer.trace import Event, Trace
 
@@ -51,8 +52,8 @@ class ForkPoint:
         return cls(span=int(d["span"]), token=int(d.get("token") or 0))
 
     def describe(self) -> str:
-        return f"retrieval event {self.retrieval}" if self.retrieval is not None else \
-            f"token {self.token} of span {self.span}"
+        return naming.event("retrieval", self.retrieval) if self.retrieval is not None else \
+            naming.token(self.span, self.token)
 
 
 @dataclass(frozen=True)

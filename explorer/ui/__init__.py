@@ -7,8 +7,9 @@
   composed into one run, runs side by side, a live run; ``html``: escaping and chart embedding.
 - ``viewblock``: a stored-run view with its what-if controls; ``history``/``history_tab``: stored runs.
 - ``gallery``: the recorded case-study runs shipped in ``assets/gallery`` (and the command that
-  records them); ``gallery_block``: their table in the Run tab, opened without a model call;
+  records them); ``gallery_block``: their links in the Run tab, opened without a model call;
   ``case_stories``: each one's caption (the paper's figure, what the model did, what to look at).
-- ``report``: the offline HTML report and the other exports; ``api``: ``/run`` and ``/fetch_run``.
+- ``report``: the offline HTML report (and slides) and the other exports; ``api``: the public endpoints.
+- ``form``: each parameter's input; ``links``: ``?run=``, ``?compare=``, ``?case=`` opened on page load.
 Styles and the chart script live in ``assets/``.
 """

@@ -52,15 +52,36 @@ class AppSettings:
     concurrent_runs: int = 0
 
 
+PAGE_CSS = [ASSETS_DIR / "explorer.css", ASSETS_DIR / "page.css"]
+
+
 def head_html() -> str:
-    """Scripts every view needs, served by the app itself from the installed packages (no CDN)."""
-    gr.set_static_paths([PLOTLY_JS, EXPLORER_JS])
+    """Scripts and styles every view needs, served by the app itself from the installed packages (no CDN).
+
+    Gradio scopes the stylesheets it is given (:func:`css_paths`) to its own container. The views'
+    stylesheet is also linked here, unscoped, for what sits on the page's body (the fork menu,
+    presenting mode's step bar); inside the container the scoped copy wins. page.css holds the
+    rules that match the body itself (presenting mode is a class of the body)."""
+    gr.set_static_paths([PLOTLY_JS, EXPLORER_JS, *PAGE_CSS])
     return (f'<script src="gradio_api/file={PLOTLY_JS}"></script>'
-            f'<script src="gradio_api/file={EXPLORER_JS}"></script>')
+            f'<script src="gradio_api/file={EXPLORER_JS}"></script>'
+            + "".join(f'<link rel="stylesheet" href="gradio_api/file={css}">' for css in PAGE_CSS))
 
 
 def css_paths() -> list[Path]:
+    """The views' look and the app's layout around them (Gradio scopes these to its container)."""
     return [ASSETS_DIR / "explorer.css", ASSETS_DIR / "app.css"]
+
+
+def theme() -> Any:
+    """Gradio's default theme with help and placeholder text dark enough to read (WCAG AA: 4.5:1)."""
+    return gr.themes.Default().set(
+        body_text_color_subdued="*neutral_600", block_info_text_color="*neutral_600",
+        input_placeholder_color="*neutral_500", block_label_text_color="*neutral_700",
+        checkbox_label_text_color="*neutral_800",
+        # white on the default orange and red buttons reads at 2.8:1 and 3.8:1; the darker shades at 5:1 and more
+        button_primary_background_fill="*primary_700", button_primary_background_fill_hover="*primary_800",
+        button_cancel_background_fill="#b91c1c", button_cancel_background_fill_hover="#991b1b")
 
 
 def warm_up(question: str, method: str = "dragin") -> Any:
@@ -100,9 +121,18 @@ def _runtime_holder(settings: AppSettings, start: Any, opening: str | None, gate
 
     def open_app_runtime() -> Any:
         from explorer.engine.prefix_cache import PrefixCache
+        from explorer.engine.random_models import is_random_spec
 
-        runtime = open_runtime(settings.model, settings.corpus, retriever=start, attn=settings.attn,
-                               progress=holder.note)
+        if is_random_spec(settings.model):  # random:tiny: the form and the page without a model's wait
+            from explorer.engine.generation import Engine
+            from explorer.engine.random_models import load_random_model
+            from explorer.runtime import runtime_for
+
+            runtime = runtime_for(Engine(load_random_model(settings.model)), settings.corpus, retriever=start,
+                                  progress=holder.note)
+        else:
+            runtime = open_runtime(settings.model, settings.corpus, retriever=start, attn=settings.attn,
+                                   progress=holder.note)
         # The methods' prompts open with the same instruction and exemplars: encode those once.
         if settings.prefix_cache:
             runtime.engine.prefix_cache = PrefixCache()
@@ -162,17 +192,30 @@ def build_app(settings: AppSettings) -> gr.Blocks:
 
     # Files handed to the browser (exports) are copied into Gradio's cache: deleted after an hour.
     with gr.Blocks(title="Dynamic RAG Explorer", analytics_enabled=False, delete_cache=(600, 3600)) as demo:
-        gr.HTML('<div class="dre-apphead"><b>Dynamic RAG Explorer</b> · see why a language model retrieves when '
-                "it does</div>", elem_id="app-title", js_on_load=None)
-        model_status = gr.HTML(run_tab.note_html(holder.status()), elem_id="model-status", js_on_load=None)
+        with gr.Row(elem_id="app-top", equal_height=True):
+            gr.HTML('<h1 class="dre-apphead">Dynamic RAG Explorer <span>· why a model retrieves when it does'
+                    "</span></h1>", elem_id="app-title", js_on_load=None, scale=2)
+            model_status = gr.HTML(run_tab.note_html(holder.status()), elem_id="model-status", js_on_load=None,
+                                   scale=3)
+            present = gr.Button("Present", size="sm", elem_id="present-toggle", scale=0, min_width=90)
+        present.click(None, None, None, js="() => { window.DRE && window.DRE.present && window.DRE.present(true); }",
+                      api_visibility="private")
         with gr.Tabs(elem_id="tabs"):
-            run_tab.build(settings, controller, cache, shelf, start_choice, method_names(), model_name, head)
-            history_tab.build(store, cache, Exports(), head, forker=forkblock.Forker(controller))
+            exports = Exports()
+            tab = run_tab.build(settings, controller, cache, shelf, start_choice, method_names(), model_name, head,
+                                exports)
+            history_tab.build(store, cache, exports, head, forker=forkblock.Forker(controller),
+                              recorded=[(i.label, t) for i in shelf.items if (t := shelf.trace(i.key)) is not None])
             _evaluations_tab(store, cache, head)
             with gr.Tab("How to read", id="help", elem_id="tab-help"):
-                gr.Markdown(HELP.read_text(encoding="utf-8"))
+                back = gr.Button("← Back to the run", size="sm", elem_id="help-back")
+                gr.Markdown(HELP.read_text(encoding="utf-8"), elem_id="help-text")
+            back.click(None, None, None, js="() => { window.DRE && window.DRE.backFromHelp(); }",
+                       api_visibility="private")
         api.register(controller, store, model_name, cache=cache)
         _model_status_poll(holder, model_status)
+        handler, inputs, outputs = tab.on_load  # ?run=ID, ?compare=A,B, ?case=NAME open directly
+        demo.load(handler, inputs, outputs, queue=False, api_visibility="private", show_progress="hidden")
     return demo
 
 
@@ -200,6 +243,6 @@ def launch(demo: gr.Blocks, *, host: str, port: int, auth: tuple[str, str] | Non
     demo.queue(default_concurrency_limit=4, max_size=EVENT_LIMIT + 64).launch(
         max_threads=EVENT_LIMIT + 40,
         server_name=host, server_port=port, auth=auth, show_error=False, quiet=quiet, ssr_mode=False,
-        footer_links=["api"], pwa=False, mcp_server=False, css_paths=css_paths(), theme=gr.themes.Default(),
+        footer_links=["api"], pwa=False, mcp_server=False, css_paths=css_paths(), theme=theme(),
         allowed_paths=[], run_history=False, max_file_size=MAX_UPLOAD if allow else None,
         app_kwargs={"docs_url": None, "redoc_url": None, "openapi_url": None, "middleware": [guard]})

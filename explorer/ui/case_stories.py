@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from explorer import naming
 from explorer.eval.metrics import contains_answer, normalize_answer
 from explorer.eval.scores import CONTAINS_GOLD, answer_verdict
 from explorer.trace import Event, Trace
@@ -163,9 +164,9 @@ def answer_passages(trace: Trace) -> list[str]:
     return out
 
 
-def retrieval_number(trace: Trace, event: Event) -> int:
-    """R1, R2 ... as the retrieval panel numbers a run's searches."""
-    return [e.id for e in trace.of_kind("retrieval")].index(event.id) + 1
+def retrieval_name(event: Event) -> str:
+    """A search as the page names it (``retrieval 5``: its event number, :mod:`explorer.naming`)."""
+    return naming.event("retrieval", event.id)
 
 
 def retrieval_after(trace: Trace, event_id: int) -> Event | None:
@@ -200,11 +201,11 @@ def gold_fact(trace: Trace) -> str:
     for pid in gold:
         first = next((e for e in searches if pid in hit_ids(e)), None)
         if first is not None:
-            found.append((retrieval_number(trace, first), rank_of(first, pid) or 0, title_of(trace, pid)))
+            found.append((first.id, rank_of(first, pid) or 0, title_of(trace, pid)))
     missing = len(gold) - len(found)
     if not found:
         return f"None of its {len(searches)} searches returned a gold passage."
-    text = "Gold passages retrieved: " + ", ".join(f"{quote(title, 60)} (R{n}, rank {rank})"
+    text = "Gold passages retrieved: " + ", ".join(f"{quote(title, 60)} (retrieval {n}, rank {rank})"
                                                    for n, rank, title in sorted(found))
     return text + (f"; {missing} gold passage{'s' if missing > 1 else ''} never came back." if missing else ".")
 
@@ -290,7 +291,9 @@ def _flare(trace: Trace, _beside: Trace | None) -> Told:
     searched = retrieval_after(trace, masked.id) if masked is not None else None
     answer_ids = answer_passages(trace)
     if trace.config.get("initial_retrieval"):
-        told.facts.append("As FLARE does, it first searched with the question itself (R1).")
+        first_search = next(iter(trace.of_kind("retrieval")), None)
+        named = f" ({retrieval_name(first_search)})" if first_search is not None else ""
+        told.facts.append(f"As FLARE does, it first searched with the question itself{named}.")
     if trig is None:
         told.facts.append(f"No token of its look-ahead sentences fell under θ = {fmt(trace.config.get('threshold'))}, "
                           "so FLARE never searched again.")
@@ -307,7 +310,7 @@ def _flare(trace: Trace, _beside: Trace | None) -> Told:
         told.facts.append(f"It searched with {quote(masked.payload.get('text'), 140)} (removed: {removed}).")
     if searched is not None:
         titles = ", ".join(f"{quote(h.get('title'), 40)}" for h in hits(searched)) or "nothing"
-        told.facts.append(f"That search (R{retrieval_number(trace, searched)}) returned {titles}.")
+        told.facts.append(f"That search ({retrieval_name(searched)}) returned {titles}.")
     told.facts += [gold_fact(trace), answer_fact(trace)]
     answer = normalize_answer(str(trace.answer or ""))
     stated = [h for e in trace.of_kind("retrieval") for h in hits(e) if str(h.get("id")) in answer_ids]
@@ -350,7 +353,7 @@ def _single(trace: Trace, _beside: Trace | None) -> Told:
     target = next((pid for pid in answer_passages(trace) if search is not None and pid in hit_ids(search)), None)
     if search is not None and target is not None:
         told.look = passage_look(trace, search, target, f"the passage {quote(title_of(trace, target), 50)}, "
-                                                        f"R1 rank {rank_of(search, target)}")
+                                                        f"{retrieval_name(search)}, rank {rank_of(search, target)}")
     return told
 
 
@@ -393,7 +396,7 @@ def _seakr(trace: Trace, _beside: Trace | None) -> Told:
                           "whose U is lower.")
     told.facts.append(answer_fact(trace))
     if reranks:
-        told.look = Look(f"the re-ranking of R{retrieval_number(trace, trace.events[reranks[0].payload['retrieval']])}"
+        told.look = Look(f"the re-ranking of {retrieval_name(trace.events[reranks[0].payload['retrieval']])}"
                          " by U", trace.run_id, (("data-panel", "uncertainty"), ("data-rerank", str(reranks[0].id))))
     told.beats = [
         Check("U is over δ before the passages and under δ once they are in, so SEAKR searches only when it "
@@ -491,9 +494,9 @@ def _drrag(trace: Trace, beside: Trace | None) -> Told:
             else None
         told.facts.append(f"Stage 2, the question joined to {quote(title_of(trace, str(anchor)), 40)}, found "
                           f"{quote(title_of(trace, pid), 40)} at rank {rank_of(e, pid)} "
-                          f"(R{retrieval_number(trace, e)}).")
+                          f"({retrieval_name(e)}).")
         told.look = passage_look(trace, e, pid, f"{quote(title_of(trace, pid), 40)} in the second stage, "
-                                                f"R{retrieval_number(trace, e)} rank {rank_of(e, pid)}")
+                                                f"{retrieval_name(e)}, rank {rank_of(e, pid)}")
         judged = [c for c in trace.of_kind("classifier") if pid in [str(x) for x in c.payload.get("pair") or []]]
         took = next((c for c in trace.of_kind("classifier") if str((c.payload.get("pair") or [""])[0]) == str(anchor)
                      and c.payload.get("accepted")), None)

@@ -30,7 +30,7 @@ from explorer.runtime import Runtime
 from explorer.store import RunStore
 from explorer.trace import Event, Trace
 from explorer.ui.admission import RunGate, Ticket
-from explorer.ui.controls import RunSpec
+from explorer.ui.controls import Refusal, RunSpec
 from explorer.ui.html import esc
 from explorer.ui.render import render_runs
 
@@ -93,7 +93,7 @@ class RuntimeHolder:
             model = getattr(runtime.engine, "model", None)
             if self._warm is not None:
                 self.state = "warming up"
-                self.note("warming up (one short generation)")
+                self.note("warming up")
                 self._warm(runtime)
             if hasattr(model, "register_forward_pre_hook"):
                 model.register_forward_pre_hook(self._count)
@@ -124,8 +124,8 @@ class RuntimeHolder:
             return f"The model loads on the first run ({self.describe})."
         elapsed = time.monotonic() - self._since
         step = f": {hide_paths(self.step)}" if self.step else ""
-        return (f"Loading {self.describe} … {elapsed:.0f} s{step}. The recorded runs below open meanwhile; a "
-                "Run waits for the model.")
+        return (f"Loading {self.describe} … {elapsed:.0f} s{step}. Recorded runs open meanwhile; Run waits for "
+                "the model.")
 
     def get(self) -> Runtime:
         """The runtime, loading it here if nobody started it; raises ExplorerError if it cannot load."""
@@ -166,10 +166,13 @@ class _Live:
 
 @dataclass
 class _Shown:
-    """Stored runs a stream shows beside the live one, and fork points to mark in them."""
+    """Stored runs a stream shows beside the live one, fork points to mark in them, and methods not run."""
 
     runs: list[Trace]
     marks: dict[str, dict[str, Any]]
+    #: (method, message) of ticked methods refused before the run, and of those that failed while running.
+    refused: list[tuple[str, str]] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
 
 
 def status_html(text: str, *, error: bool = False) -> str:
@@ -200,7 +203,7 @@ class RunController:
         flag.set()
         return True
 
-    def _check(self, question: str) -> str:
+    def check_question(self, question: str) -> str:
         """What can be refused before the model is needed: an empty question, a store that cannot take the run."""
         question = (question or "").strip()
         if not question:
@@ -219,22 +222,31 @@ class RunController:
         The caller holds a place of the gate (:mod:`explorer.ui.jobs` queues ``/run`` calls);
         ``prepare`` sees the trace once it is stored as running (``/run`` binds its key there).
         """
-        question = self._check(question)
+        question = self.check_question(question)
         return run_question(spec.method, question, self.runtime.get(), variant=spec.variant, config=spec.config,
                             gold=gold, journal=RunJournal(self.store), prepare=prepare)
 
     def stream(self, question: str, specs: list[RunSpec], *, gold: dict[str, Any] | None, session: str,
-               signal: str = "prob", retriever: str | None = None, embedder: str | None = None) -> Iterator[Update]:
-        """Run ``specs`` on ``question`` one after another, yielding views as they progress."""
-        question = self._check(question)
+               signal: str = "prob", retriever: str | None = None, embedder: str | None = None,
+               refused: list[Refusal] | None = None) -> Iterator[Update]:
+        """Run ``specs`` on ``question`` one after another, yielding views as they progress.
+
+        ``refused``: ticked methods whose settings were refused before the run; each is shown as a
+        card with its message beside the runs, which go ahead. A method that fails while running
+        is stored with status ``error`` and the next one runs.
+        """
+        question = self.check_question(question)
+        if not specs:
+            raise ExplorerError("; ".join(f"{r.method}: {r.message}" for r in refused or []) or "nothing to run",
+                                where="method settings", fix="correct the values named, then press Run again")
         ticket = self.gate.enter(f"session:{session}")
         cancel = self._claim(session)
         inbox: queue.Queue[tuple[str, int, Any]] = queue.Queue()
         worker = threading.Thread(target=self._work, args=(question, specs, gold or {}, cancel, inbox,
                                                            (retriever, embedder), ticket),
                                   name="run-worker", daemon=True)
-        yield from self._run_worker(worker, session, cancel, self._drain(question, specs, inbox, cancel, signal),
-                                    ticket)
+        drain = self._drain(question, specs, inbox, cancel, signal, refused=list(refused or []))
+        yield from self._run_worker(worker, session, cancel, drain, ticket)
 
     def _claim(self, session: str) -> threading.Event:
         """A new cancel flag for ``session``; the run it had going is cancelled."""
@@ -349,16 +361,20 @@ class RunController:
                 def listener(kind: str, data: dict[str, Any], index: int = index) -> None:
                     inbox.put((kind, index, data))
 
-                trace = run_question(spec.method, question, runtime, variant=spec.variant, config=spec.config,
-                                     gold=gold, listeners=[listener], cancel=cancel, journal=RunJournal(self.store))
-                inbox.put(("done", index, trace.run_id))
+                # One method's failure is its own card; the methods after it still run.
+                with _reported(inbox, f"{spec.method}/{spec.variant}", kind="failed", index=index, end=False):
+                    trace = run_question(spec.method, question, runtime, variant=spec.variant, config=spec.config,
+                                         gold=gold, listeners=[listener], cancel=cancel,
+                                         journal=RunJournal(self.store))
+                    inbox.put(("done", index, trace.run_id))
 
     # -- the streaming side ---------------------------------------------------------------------------
     def _drain(self, question: str, specs: list[RunSpec], inbox: queue.Queue, cancel: threading.Event,
                signal: str, *, beside: list[Trace] | None = None,
-               marks: dict[str, dict[str, Any]] | None = None) -> Iterator[Update]:
+               marks: dict[str, dict[str, Any]] | None = None,
+               refused: list[Refusal] | None = None) -> Iterator[Update]:
         """Views of the runs as they progress; ``beside``: stored runs shown before them (a fork's parent)."""
-        shown = _Shown(list(beside or []), dict(marks or {}))
+        shown = _Shown(list(beside or []), dict(marks or {}), [(r.method, r.message) for r in refused or []])
         finished: list[Trace] = []
         live: _Live | None = None
         error: str | None = None
@@ -393,6 +409,10 @@ class RunController:
                 finished.append(self.store.get(data))
                 live = None
                 urgent = True
+            elif kind == "failed":
+                shown.failed.append((specs[index].method, str(data)))
+                live = None
+                urgent = True
             elif kind == "error":
                 error = data
             elif kind == "end":
@@ -401,7 +421,7 @@ class RunController:
             if (urgent or dirty) and (urgent or now - last >= REFRESH):
                 last, dirty = now, False
                 yield self._live_update(question, finished, live, specs, signal, shown)
-        yield self._final_update(finished, specs, cancel, error, signal)
+        yield self._final_update(finished, specs, cancel, error, signal, shown)
 
     def _live_update(self, question: str, finished: list[Trace], live: _Live | None, specs: list[RunSpec],
                      signal: str, shown: _Shown | None = None) -> Update:
@@ -415,14 +435,18 @@ class RunController:
         shown = shown or _Shown([], {})
         html = render_runs([*shown.runs, *finished], signal=signal, live=trace,
                            live_tokens=list(live.tokens) if live else None, live_purpose=live.purpose if live else "",
-                           fork_marks=shown.marks)
+                           fork_marks=shown.marks, refused=shown.refused + shown.failed)
         return Update(html, status_html(status), [t.run_id for t in finished])
 
     def _final_update(self, finished: list[Trace], specs: list[RunSpec], cancel: threading.Event, error: str | None,
-                      signal: str) -> Update:
+                      signal: str, shown: _Shown | None = None) -> Update:
         ids = [t.run_id for t in finished]
+        not_run = (shown.refused + shown.failed) if shown is not None else []
         if error:
             status = status_html(error, error=True)
+        elif not_run:
+            stored = f"{len(finished)} run(s) stored; " if finished else ""
+            status = status_html(stored + "; ".join(f"{m} not run: {why}" for m, why in not_run), error=True)
         elif any(t.status == "cancelled" for t in finished) or (cancel.is_set() and len(finished) < len(specs)):
             status = status_html(f"Cancelled. {len(finished)} run(s) stored (the interrupted one with status "
                                  "'cancelled').")
@@ -432,24 +456,29 @@ class RunController:
                 status = status_html("; ".join(f"{t.method}: {hide_paths(t.error)}" for t in problems), error=True)
             else:
                 status = status_html(f"Done: {len(finished)} run(s) stored.")
-        html = render_runs(finished, signal=signal, message="" if finished else esc(error or "Nothing ran."))
+        html = render_runs(finished, signal=signal, refused=not_run, interactive=True,
+                           message="" if finished or not_run else esc(error or "Nothing ran."))
         return Update(html, status, ids, done=True)
 
 
 @contextmanager
-def _reported(inbox: queue.Queue, what: str, ticket: Ticket | None = None) -> Iterator[None]:
-    """A worker's failure as one line for the page (the log keeps the traceback), and always the end message.
+def _reported(inbox: queue.Queue, what: str, ticket: Ticket | None = None, *, kind: str = "error", index: int = -1,
+              end: bool = True) -> Iterator[None]:
+    """A worker's failure as one line for the page (the log keeps the traceback), and the end message.
 
-    The worker's place at the gate goes to the next caller as soon as it ends."""
+    ``kind="failed"`` with the method's ``index`` reports one method's failure (its card), ``end``
+    says whether the whole worker is over; when it is, the worker's place at the gate goes to the
+    next caller at once."""
     try:
         yield
     except ExplorerError as exc:
         log.info("%s failed: %s", what, exc.message)
-        inbox.put(("error", -1, public_message(exc)))
+        inbox.put((kind, index, public_message(exc)))
     except Exception as exc:  # noqa: BLE001 - the user gets one line, the log gets the traceback
         log.exception("%s failed", what)
-        inbox.put(("error", -1, hide_paths(f"internal error ({type(exc).__name__}): {exc}")))
+        inbox.put((kind, index, hide_paths(f"internal error ({type(exc).__name__}): {exc}")))
     finally:
-        if ticket is not None:
-            ticket.release()
-        inbox.put(("end", -1, None))
+        if end:
+            if ticket is not None:
+                ticket.release()
+            inbox.put(("end", -1, None))

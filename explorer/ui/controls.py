@@ -4,6 +4,12 @@ Nothing about a parameter is written twice: its default, range, choices and help
 config declaration, and the values a user enters are validated by the config itself, so the
 message for a bad value is the config's own :class:`~explorer.errors.ConfigError`. Controls do
 not clamp or round, or the user would never see why a value was refused.
+
+Every declared type has a control that gives back what it was given (:func:`control_for` and
+:func:`value_from_control`): an optional number (``int | None``) is a text box left empty for None
+(never the text "None", and not a number box, which a browser shows as 0); a list is a
+comma-separated text box. :func:`plan_runs` checks each
+ticked method on its own, so one method's bad value refuses that method only.
 """
 
 from __future__ import annotations
@@ -11,9 +17,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from explorer.errors import ConfigError, ExplorerError
+from explorer.errors import ConfigError, ExplorerError, public_message
 from explorer.methods.base import get_method
 from explorer.methods.resolve import resolve_config
+
+#: Control kinds: a checkbox, a dropdown of the declared choices, a number box, a text box, a list as text,
+#: and an optional number as text (a browser's number box shows 0 where the value is None).
+CHECKBOX, DROPDOWN, NUMBER, TEXT, LIST, OPTIONAL_NUMBER = "checkbox", "dropdown", "number", "text", "list", \
+    "optional-number"
 
 
 @dataclass(frozen=True)
@@ -32,6 +43,30 @@ class Param:
     @property
     def elem_id(self) -> str:
         return f"param-{self.method}-{self.name}"
+
+    @property
+    def optional(self) -> bool:
+        """Declared ``X | None``: None ("not set", the method decides) is a value of its own."""
+        return self.type.replace(" ", "").endswith("|None") or self.type.startswith("Optional[")
+
+    @property
+    def base(self) -> str:
+        """The declared type without ``| None``: ``int``, ``float``, ``bool``, ``str``, ``list[str]`` ..."""
+        text = self.type.strip()
+        if text.startswith("Optional[") and text.endswith("]"):
+            return text[len("Optional["):-1].strip()
+        return text.split("|")[0].strip() if self.optional else text
+
+    @property
+    def item_type(self) -> str | None:
+        """The item type of a list or tuple parameter (``list[int]`` -> ``int``); None for a scalar."""
+        base = self.base
+        for kind in ("list", "tuple", "set"):
+            if base == kind:
+                return "str"
+            if base.startswith(kind + "["):
+                return base[len(kind) + 1:-1].split(",")[0].strip()
+        return None
 
     @property
     def info(self) -> str:
@@ -97,6 +132,80 @@ def preset_note(param: Param, variant: str, model: str) -> str:
 
 
 @dataclass(frozen=True)
+class Control:
+    """What the form shows for a parameter: the kind of input and its value in that input's terms."""
+
+    kind: str
+    value: Any
+    #: An empty input means None (``X | None`` parameters).
+    optional: bool = False
+    integer: bool = False
+
+
+def control_for(param: Param, value: Any) -> Control:
+    """The input that suits ``param``'s declared type, holding ``value`` (None shows as an empty box)."""
+    if param.base == "bool":
+        return Control(CHECKBOX, bool(value), param.optional)
+    if param.choices:
+        return Control(DROPDOWN, value, param.optional)
+    if param.base in ("int", "float"):
+        if param.optional:  # empty text is None; a number box would show (and send) 0
+            return Control(OPTIONAL_NUMBER, "" if value is None else str(value), True, integer=param.base == "int")
+        return Control(NUMBER, value, False, integer=param.base == "int")
+    if param.item_type is not None:
+        items = value if isinstance(value, (list, tuple, set)) else ([] if value is None else [value])
+        return Control(LIST, ", ".join(str(v) for v in items), param.optional)
+    return Control(TEXT, "" if value is None else str(value), param.optional)
+
+
+def _item(text: str, kind: str | None) -> Any:
+    """A typed number from text where it is one; otherwise the text, for the config to say what is wrong."""
+    if kind == "int" and text.lstrip("+-").isdigit():
+        return int(text)
+    if kind == "float":
+        try:
+            return float(text)
+        except ValueError:
+            return text  # the config says what is wrong with it
+    return text
+
+
+def value_from_control(param: Param, raw: Any) -> Any:
+    """What a control handed back, as the value the config coerces (the inverse of :func:`control_for`).
+
+    An empty number box or text box of an optional parameter, or the text "none", is None; a
+    required number left empty is refused here with the parameter's name, since the config would
+    only say that None is not a number.
+    """
+    kind = control_for(param, None).kind
+    if isinstance(raw, str):
+        raw = raw.strip()
+        if param.optional and raw.lower() in ("", "none"):
+            return None
+    if kind == OPTIONAL_NUMBER:
+        return None if raw is None or raw == "" else _item(str(raw), param.base) if isinstance(raw, str) else raw
+    if kind == NUMBER:
+        if raw is None or raw == "":
+            if param.optional:
+                return None
+            raise ConfigError("no value given", where=f"{param.method} · {param.name}",
+                              fix=f"type a number ({param.info})")
+        if isinstance(raw, float) and raw.is_integer() and param.base == "int":
+            return int(raw)
+        if isinstance(raw, int) and not isinstance(raw, bool) and param.base == "float":
+            return float(raw)
+        return raw
+    if kind == LIST:
+        if isinstance(raw, (list, tuple)):
+            return list(raw)
+        parts = [p.strip() for p in str(raw or "").replace("\n", ",").split(",")]
+        return [_item(p, param.item_type) for p in parts if p]
+    if kind == CHECKBOX and isinstance(raw, str):
+        return raw  # the config reads "true"/"false" and says what else is wrong
+    return raw
+
+
+@dataclass(frozen=True)
 class RunSpec:
     """A validated request to run one method: name, variant and the values the user set (the rest default)."""
 
@@ -105,42 +214,60 @@ class RunSpec:
     config: dict[str, Any]
 
 
-def _clean(value: Any) -> Any:
-    """Turn what a control hands back into what the config coerces (numbers stay numbers)."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str):
-        return value.strip()
-    return value
+@dataclass(frozen=True)
+class Refusal:
+    """A ticked method that cannot run as set, and why (the config's own message)."""
+
+    method: str
+    message: str
 
 
-def build_specs(methods: list[str], chosen_variants: dict[str, str],
-                values: dict[tuple[str, str], Any], *, model: str = "", explicit: bool = False) -> list[RunSpec]:
-    """Validate every chosen method's settings; the first bad value raises its ConfigError.
+def spec_for(method: str, chosen_variant: str | None, values: dict[tuple[str, str], Any], *, model: str = "",
+             explicit: bool = False) -> RunSpec:
+    """One method's validated request; raises the config's error for a bad value.
 
     From the app's controls only values that differ from what the control started at are passed
     on, so a model's preset is applied by the run itself, which records in the trace that it came
     from a preset. ``explicit`` (the scripting API) passes every given value on as the user's, as
     ``--set`` does on the command line.
     """
+    cls = get_method(method)
+    variant = chosen_variant or cls.variants[0]
+    if variant not in cls.variants:
+        raise ConfigError(f"method {method} has no variant {variant!r}", where="variant",
+                          fix=f"choose one of {', '.join(cls.variants)}")
+    settings = {}
+    for p in params(method):
+        if (method, p.name) not in values:
+            continue
+        value = value_from_control(p, values[(method, p.name)])
+        if explicit or value != shown_default(p, variant, model):
+            settings[p.name] = value
+    resolve_config(method, variant, model, settings)  # validate now, before any run
+    return RunSpec(method=method, variant=variant, config=settings)
+
+
+def build_specs(methods: list[str], chosen_variants: dict[str, str],
+                values: dict[tuple[str, str], Any], *, model: str = "", explicit: bool = False) -> list[RunSpec]:
+    """Validate every chosen method's settings; the first bad value raises its ConfigError."""
     if not methods:
         raise ExplorerError("no method is selected", where="methods", fix="tick at least one method to run")
-    specs = []
+    return [spec_for(m, chosen_variants.get(m), values, model=model, explicit=explicit) for m in methods]
+
+
+def plan_runs(methods: list[str], chosen_variants: dict[str, str], values: dict[tuple[str, str], Any], *,
+              model: str = "") -> tuple[list[RunSpec], list[Refusal]]:
+    """Each ticked method checked on its own: the runnable ones, and the refused ones with their message.
+
+    One method's bad value must not stop the others: the page runs what it can and shows a card
+    with the message for each refused method.
+    """
+    if not methods:
+        raise ExplorerError("no method is selected", where="methods", fix="tick at least one method to run")
+    specs, refused = [], []
     for method in methods:
-        cls = get_method(method)
-        variant = chosen_variants.get(method) or cls.variants[0]
-        if variant not in cls.variants:
-            raise ConfigError(f"method {method} has no variant {variant!r}", where="variant",
-                              fix=f"choose one of {', '.join(cls.variants)}")
-        settings = {}
-        for p in params(method):
-            if (method, p.name) not in values:
-                continue
-            value = _clean(values[(method, p.name)])
-            if p.type == "float" and isinstance(value, int) and not isinstance(value, bool):
-                value = float(value)
-            if explicit or value != shown_default(p, variant, model):
-                settings[p.name] = value
-        resolve_config(method, variant, model, settings)  # validate now, before any run
-        specs.append(RunSpec(method=method, variant=variant, config=settings))
-    return specs
+        try:
+            specs.append(spec_for(method, chosen_variants.get(method), values, model=model))
+        except ExplorerError as exc:
+            refused.append(Refusal(method, public_message(exc)))
+    return specs, refused

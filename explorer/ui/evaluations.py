@@ -250,19 +250,22 @@ def _layout(choices: list[tuple[str, str]], first: EvaluationView | None) -> Eva
         refresh = gr.Button("Refresh", scale=1, elem_id="eval-refresh")
     header = gr.Markdown(first.header if first else "No evaluations stored yet: run `python -m explorer eval ...`.",
                          sanitize_html=True)
-    answers = gr.Dataframe(table_frame(first.answers) if first else None, label="Answer quality (click a cell)",
-                           interactive=False, datatype="str", wrap=True, elem_id="eval-answers")
-    costs = gr.Dataframe(table_frame(first.costs) if first else None, label="Cost per question (click a cell)",
-                         interactive=False, datatype="str", wrap=True)
-    recall = gr.Dataframe(table_frame(first.recall) if first else None, label="Gold passage recall (click a cell)",
-                          interactive=False, datatype="str", wrap=True)
+    # A table with nothing to show is hidden, not drawn with placeholder columns.
+    shown = first is not None and bool(first.scores.runs)
+    answers = gr.Dataframe(table_frame(first.answers) if shown else None, label="Answer quality (click a cell)",
+                           interactive=False, datatype="str", wrap=True, elem_id="eval-answers", visible=shown)
+    costs = gr.Dataframe(table_frame(first.costs) if shown else None, label="Cost per question (click a cell)",
+                         interactive=False, datatype="str", wrap=True, visible=shown)
+    recall = gr.Dataframe(table_frame(first.recall) if shown else None, label="Gold passage recall (click a cell)",
+                          interactive=False, datatype="str", wrap=True, visible=shown)
     with gr.Row():
-        accuracy_plot = gr.Plot(first.accuracy_plot if first else None, label="Answer quality against retrievals")
+        accuracy_plot = gr.Plot(first.accuracy_plot if first else None, label="Answer quality against retrievals",
+                                visible=bool(first and first.accuracy_plot is not None))
         threshold_plot = gr.Plot(first.threshold_plot if first else None, label="Threshold sweep",
                                  visible=bool(first and first.threshold_plot is not None))
     caption = gr.Markdown(sanitize_html=True)
     questions = gr.Dataframe(headers=QUESTION_COLUMNS, label="Questions (click one to open its trace)",
-                             interactive=False, datatype="str", wrap=True, elem_id="eval-questions")
+                             interactive=False, datatype="str", wrap=True, elem_id="eval-questions", visible=False)
     run_ids = gr.State([])
     run_id = gr.Textbox(label="Opened run", interactive=False, elem_id="eval-run-id")
     return EvaluationsTab(picker=picker, refresh=refresh, header=header, answers=answers, costs=costs, recall=recall,
@@ -274,15 +277,22 @@ def _shower(views: EvaluationViews) -> Callable[[str | None], tuple]:
     """An evaluation's header, tables and plots (and an empty question list) for the picker."""
     def show(name: str | None) -> tuple:
         view = views.of(name)
-        empty = table_frame(Table("", ["Method"], []))
+        hidden = gr.update(value=None, visible=False)
+        no_questions = gr.update(value=table_frame(Table("", QUESTION_COLUMNS, [])), visible=False)
         if view is None:
             message = "No evaluations stored yet: run `python -m explorer eval ...`." if not name else \
                 f"No evaluation named {_escape(name)}."
-            return (message, empty, empty, empty, None, gr.update(value=None, visible=False), "",
-                    table_frame(Table("", QUESTION_COLUMNS, [])), [])
-        return (view.header, table_frame(view.answers), table_frame(view.costs), table_frame(view.recall),
-                view.accuracy_plot, gr.update(value=view.threshold_plot, visible=view.threshold_plot is not None),
-                "", table_frame(Table("", QUESTION_COLUMNS, [])), [])
+            return (message, hidden, hidden, hidden, hidden, hidden, "", no_questions, [])
+        if not view.scores.runs:
+            return (view.header, hidden, hidden, hidden, hidden, hidden, "", no_questions, [])
+
+        def table(t: Table) -> Any:
+            return gr.update(value=table_frame(t), visible=True)
+
+        return (view.header, table(view.answers), table(view.costs), table(view.recall),
+                gr.update(value=view.accuracy_plot, visible=view.accuracy_plot is not None),
+                gr.update(value=view.threshold_plot, visible=view.threshold_plot is not None),
+                "", no_questions, [])
 
     return show
 
@@ -297,7 +307,8 @@ def _cell_picker(views: EvaluationViews, which: str) -> Callable[..., tuple]:
         if target is None:
             return gr.update(), gr.update(), gr.update()
         rows, ids = question_list(view.scores, *target)
-        return (cell_caption(target[0], target[1], len(rows)), table_frame(Table("", QUESTION_COLUMNS, rows)), ids)
+        return (cell_caption(target[0], target[1], len(rows)),
+                gr.update(value=table_frame(Table("", QUESTION_COLUMNS, rows)), visible=True), ids)
 
     return handler
 

@@ -45,15 +45,15 @@ def sender_js(prefix: str, name: str) -> str:
 
 
 def view_js(prefix: str, forks: bool) -> str:
-    """The view's script: draw charts, and let its tokens and retrieval cards open the fork menu."""
+    """The view's script: draw charts, send its controls' values, and let tokens and retrieval cards open
+    the fork menu (``assets/explorer.js`` does the work)."""
     bound = json.dumps({"prefix": prefix, "forks": forks})
     return (f"const bound = Object.assign({bound}, {{server: (typeof server === 'undefined') ? null : server}});"
             "const draw = () => { if (!window.DRE || !window.DRE.prepareView) { setTimeout(draw, 100); return; }"
             " window.DRE.render(element); window.DRE.prepareView(element, bound); };"
-            "element.addEventListener('click', (e) => window.DRE && window.DRE.viewClick && "
-            "window.DRE.viewClick(e, element, bound));"
-            "element.addEventListener('keydown', (e) => window.DRE && window.DRE.viewKey && "
-            "window.DRE.viewKey(e, element, bound));"
+            "for (const kind of ['click', 'keydown', 'change', 'input']) {"
+            " element.addEventListener(kind, (e) => window.DRE && window.DRE.viewEvent && "
+            "window.DRE.viewEvent(e, element, bound)); }"
             "watch('value', draw); draw();")
 
 

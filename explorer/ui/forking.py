@@ -14,6 +14,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from explorer import naming
 from explorer.errors import ConfigError, ExplorerError, check_text, json_problem, parse_json
 from explorer.forks import ForkChange, ForkPlan, ForkPoint, parse_at, resolve
 from explorer.forks.plan import RETRIEVAL_CHANGES, TOKEN_CHANGES
@@ -152,13 +153,13 @@ def menu(trace: Trace, where: dict[str, Any]) -> dict[str, Any]:
     try:
         if where.get("retrieval") is not None:
             retrieval = int(where["retrieval"])
-            return {"title": f"Fork at retrieval event {retrieval}",
+            return {"title": f"Fork at {naming.event('retrieval', retrieval)}",
                     "actions": [a.to_dict() for a in retrieval_actions(trace, retrieval)]}
         span, token = int(where["span"]), int(where.get("token") or 0)
     except (KeyError, TypeError, ValueError):
         raise ExplorerError("the fork point is not a token or a retrieval", where="fork point",
                             fix="open the menu on a token of the strip or on a retrieval card") from None
-    return {"title": f"Fork at token {token} of span {span}",
+    return {"title": f"Fork at {naming.token(span, token)}",
             "actions": [a.to_dict() for a in token_actions(trace, span, token)]}
 
 

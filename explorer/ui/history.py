@@ -55,6 +55,32 @@ def rows(store: RunStore, *, search: str = "", method: str = ALL, model: str = A
                       since=parse_date(since, "since"), until=parse_date(until, "until", end=True), limit=limit)
 
 
+def recorded_rows(recorded: list[tuple[str, Trace]], *, search: str = "", method: str = ALL, model: str = ALL,
+                  tag: str = "", since: str = "", until: str = "") -> list[dict[str, Any]]:
+    """The app's recorded case-study runs as history rows under the same filters (they carry no tags).
+
+    ``recorded`` is (label, trace) per recorded run. They are listed after the stored runs, so they
+    can be ticked with them: opened, compared and exported like any stored run."""
+    if (tag or "").strip():
+        return []
+    first, last = parse_date(since, "since"), parse_date(until, "until", end=True)
+    words = [w.lower() for w in (search or "").split()]
+    out = []
+    for name, t in recorded:
+        text = f"{t.question} {t.answer or ''} {name}".lower()
+        if words and not all(w in text for w in words):
+            continue
+        if method not in (ALL, "", None) and t.method != method:
+            continue
+        if model not in (ALL, "", None) and t.model.get("name") != model:
+            continue
+        if (first and t.created_at < first) or (last and t.created_at > last):
+            continue
+        out.append({"run_id": t.run_id, "created_at": t.created_at, "name": f"recorded: {name}", "method": t.method,
+                    "variant": t.variant, "status": t.status, "answer": t.answer, "question": t.question, "tags": []})
+    return out
+
+
 def choices(found: list[dict[str, Any]]) -> list[tuple[str, str]]:
     return [(label(r), r["run_id"]) for r in found]
 
@@ -144,10 +170,14 @@ class Exports:
         return self._write(report.safe_filename(f"run-{trace.method}-{trace.run_id[:8]}", ".json"),
                            report.trace_json(trace))
 
-    def report(self, traces: list[Trace], signal: str = "prob") -> str:
+    def report(self, traces: list[Trace], signal: str = "prob", *, slides: bool = False) -> str:
+        """One self-contained HTML file of the runs; ``slides``: large type, opening in presenting mode."""
         stem = (f"report-{traces[0].method}-{traces[0].run_id[:8]}" if len(traces) == 1
                 else f"comparison-{len(traces)}-runs-{traces[0].run_id[:8]}")
-        return self._write(report.safe_filename(stem, ".html"), report.report_html(traces, signal=signal))
+        if slides:
+            stem = "slides-" + stem.split("-", 1)[1]
+        return self._write(report.safe_filename(stem, ".html"), report.report_html(traces, signal=signal,
+                                                                                  slides=slides))
 
     def csv(self, text: str) -> str:
         return self._write("history.csv", text)

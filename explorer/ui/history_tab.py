@@ -14,6 +14,7 @@ import gradio as gr
 
 from explorer.errors import ExplorerError, public_message
 from explorer.store import RunStore
+from explorer.trace import Trace
 from explorer.ui import forkblock, history, viewblock
 from explorer.ui.controller import status_html
 
@@ -82,7 +83,7 @@ def _layout(cache: history.TraceCache, head: str, forker: forkblock.Forker | Non
                 html_btn = gr.Button("Export HTML report", size="sm", elem_id="export-html")
                 csv_btn = gr.Button("Export history CSV", size="sm", elem_id="export-csv")
             file = gr.File(label="Exported file (click to download)", interactive=False, elem_id="export-file",
-                           height=110, scale=3)
+                           height=110, scale=3, visible=False)  # shown with its first file
         status = gr.HTML("", elem_id="history-status", js_on_load=None)
         view = viewblock.build("history", cache, head, '<p class="dre-empty">Tick a run and press Open, or tick '
                                                        "several and press Compare.</p>", forker=forker)
@@ -90,11 +91,13 @@ def _layout(cache: history.TraceCache, head: str, forker: forkblock.Forker | Non
                            rename_btn, tags, tag_btn, delete_btn, json_btn, html_btn, csv_btn, file, status, view)
 
 
-def _lister(store: RunStore) -> Callable[..., tuple]:
-    """The filtered run list, and the method/model choices that exist in the store."""
+def _lister(store: RunStore, recorded: list[tuple[str, Trace]] | None = None) -> Callable[..., tuple]:
+    """The filtered run list (the stored runs, then the app's recorded case studies), and the method/model
+    choices that exist in the store."""
     def listing(s: str, m: str, mo: str, t: str, si: str, un: str, keep: list[str] | None = None) -> tuple:
         try:
             found = history.rows(store, search=s, method=m, model=mo, tag=t, since=si, until=un)
+            found += history.recorded_rows(recorded or [], search=s, method=m, model=mo, tag=t, since=si, until=un)
         except ExplorerError as exc:
             return gr.update(), gr.update(), gr.update(), status_html(public_message(exc), error=True)
         ids = {r["run_id"] for r in found}
@@ -127,8 +130,13 @@ def _wire_views(c: HistoryControls, cache: history.TraceCache) -> None:
     c.compare_btn.click(lambda sel, sig: show(sel, sig, True), [c.runs, view.signal], show_outputs, **QUIET)
 
 
-def _apply(store: RunStore, cache: history.TraceCache, action: str, selected: list[str], text: str) -> str:
+def _apply(store: RunStore, cache: history.TraceCache, action: str, selected: list[str], text: str,
+           recorded: set[str] | None = None) -> str:
     """Rename, tag or delete the ticked runs; the line that says what was done."""
+    if recorded and set(selected or []) & recorded:
+        done = {"rename": "renamed", "tag": "tagged"}.get(action, "deleted")
+        raise ExplorerError(f"a recorded case study cannot be {done}: it ships with the app", where="history",
+                            fix="untick the runs marked “recorded:”; they can be opened, compared and exported")
     if action == "rename":
         run_id = history.require(selected, action="rename")[0]
         store.rename(run_id, text or "")
@@ -149,10 +157,10 @@ def _apply(store: RunStore, cache: history.TraceCache, action: str, selected: li
 
 
 def _wire_actions(c: HistoryControls, store: RunStore, cache: history.TraceCache,
-                  listing: Callable[..., tuple]) -> None:
+                  listing: Callable[..., tuple], recorded: set[str] | None = None) -> None:
     def act(action: str, selected: list[str], text: str, *flt: str) -> tuple:
         try:
-            done = _apply(store, cache, action, selected, text)
+            done = _apply(store, cache, action, selected, text, recorded)
         except ExplorerError as exc:
             return gr.skip(), gr.skip(), gr.skip(), status_html(public_message(exc), error=True)
         listed = listing(*flt, keep=[] if action == "delete" else selected)
@@ -162,6 +170,11 @@ def _wire_actions(c: HistoryControls, store: RunStore, cache: history.TraceCache
     c.rename_btn.click(lambda sel, txt, *f: act("rename", sel, txt, *f), [c.runs, c.name, *filters], outputs, **QUIET)
     c.tag_btn.click(lambda sel, txt, *f: act("tag", sel, txt, *f), [c.runs, c.tags, *filters], outputs, **QUIET)
     c.delete_btn.click(lambda sel, *f: act("delete", sel, "", *f), [c.runs, *filters], outputs, **QUIET)
+
+
+def shown(path: str) -> Any:
+    """An export file, into the file box (hidden until its first file, so no empty box is on the page)."""
+    return gr.update(value=path, visible=True)
 
 
 def _wire_exports(c: HistoryControls, store: RunStore, cache: history.TraceCache, exports: history.Exports) -> None:
@@ -174,12 +187,12 @@ def _wire_exports(c: HistoryControls, store: RunStore, cache: history.TraceCache
                                         model=None if mo == history.ALL else mo, tag=(t or "").strip() or None,
                                         since=history.parse_date(si, "since"),
                                         until=history.parse_date(un, "until", end=True))
-                return exports.csv(text), status_html("History exported as CSV (the current filters).")
+                return shown(exports.csv(text)), status_html("History exported as CSV (the current filters).")
             ids = history.require(selected, action="export")
             traces = [cache.get(i) for i in ids]
             if kind == "json":
-                return exports.trace_json(traces[0]), status_html(f"Trace of run {ids[0][:12]} exported.")
-            return exports.report(traces, signal), status_html(
+                return shown(exports.trace_json(traces[0])), status_html(f"Trace of run {ids[0][:12]} exported.")
+            return shown(exports.report(traces, signal)), status_html(
                 f"HTML report of {len(traces)} run(s) exported; it opens offline.")
         except ExplorerError as exc:
             return gr.skip(), status_html(public_message(exc), error=True)
@@ -192,16 +205,17 @@ def _wire_exports(c: HistoryControls, store: RunStore, cache: history.TraceCache
 
 
 def build(store: RunStore, cache: history.TraceCache, exports: history.Exports, head: str, *,
-          forker: forkblock.Forker | None = None) -> None:
+          forker: forkblock.Forker | None = None, recorded: list[tuple[str, Trace]] | None = None) -> None:
     """The tab, laid out and wired: the list refreshes when the tab opens and on every filter change.
 
-    ``forker``: runs opened here can be forked from their tokens and retrieval cards."""
+    ``forker``: runs opened here can be forked from their tokens and retrieval cards; ``recorded``:
+    the app's recorded case studies (label, trace), listed after the stored runs."""
     c = _layout(cache, head, forker)
-    listing = _lister(store)
+    listing = _lister(store, recorded)
     for trigger in (c.refresh.click, c.search.submit, c.tag.submit, c.since.submit, c.until.submit, c.tab.select):
         trigger(listing, c.filters, c.list_outputs, **QUIET)
     c.method.input(listing, c.filters, c.list_outputs, **QUIET)
     c.model.input(listing, c.filters, c.list_outputs, **QUIET)
     _wire_views(c, cache)
-    _wire_actions(c, store, cache, listing)
+    _wire_actions(c, store, cache, listing, {t.run_id for _, t in recorded or []})
     _wire_exports(c, store, cache, exports)

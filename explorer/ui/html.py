@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from typing import Any
 
 import plotly.graph_objects as go
 import plotly.io as pio
 
 #: Colours for retrievals, so a continuation and the passages it was given share one colour.
-PALETTE = ("#2563eb", "#d97706", "#059669", "#7c3aed", "#db2777", "#0891b2", "#65a30d", "#dc2626", "#4f46e5",
-           "#ca8a04")
+#: Each reads at 4.5:1 or more as text on white and under white text (WCAG AA).
+PALETTE = ("#1d4ed8", "#b45309", "#047857", "#6d28d9", "#be185d", "#0e7490", "#4d7c0f", "#b91c1c", "#4338ca",
+           "#a16207")
 
 
 def esc(value: Any) -> str:
@@ -65,23 +67,31 @@ def heat(intensity: float | None, rgb: tuple[int, int, int] = (234, 88, 12)) -> 
 HELP_ANCHORS = {"strip": "help-strip", "signal": "help-signal", "queries": "help-queries",
                 "retrievals": "help-retrievals", "uncertainty": "help-seakr", "filter": "help-blendfilter",
                 "stages": "help-drrag", "costs": "help-costs", "compare": "help-compare", "fork": "help-fork",
-                "family": "help-family", "story": "help-case-story"}
+                "family": "help-family", "story": "help-case-story", "decisions": "help-decisions"}
 
 
-def help_link(panel: str) -> str:
-    """A "?" after a panel's title that opens its paragraph in the help tab (hidden in offline reports)."""
+def help_link(panel: str, title: str = "") -> str:
+    """A "?" after a panel's title that opens its paragraph in the help tab (hidden in offline reports).
+
+    Its accessible name says which panel it explains, so the page's many "?" links are told apart."""
     anchor = HELP_ANCHORS.get(panel)
     if anchor is None:
         return ""
-    return (f' <a class="dre-help" href="#{anchor}" data-help="{anchor}" title="How to read this panel" '
-            'aria-label="How to read this panel">?</a>')
+    name = f"How to read the panel {title}" if title else "How to read this panel"
+    return (f' <a class="dre-help" href="#{anchor}" data-help="{anchor}" title="{esc(name)}" '
+            f'aria-label="{esc(name)}">?</a>')
+
+
+def plain_text(markup: str) -> str:
+    """Trusted markup as text (tags dropped, entities read), for an accessible name."""
+    return html.unescape(re.sub(r"<[^>]+>", "", markup)).strip()
 
 
 def section(title: str, body: str, *, panel: str, note: str = "") -> str:
     """A titled panel; ``title`` and ``note`` are trusted markup written by the explorer itself."""
     note_html = f'<p class="dre-note">{note}</p>' if note else ""
-    return (f'<section class="dre-panel" data-panel="{esc(panel)}"><h4>{title}{help_link(panel)}</h4>{note_html}'
-            f'{body}</section>')
+    return (f'<section class="dre-panel" data-panel="{esc(panel)}"><h3>{title}{help_link(panel, plain_text(title))}'
+            f'</h3>{note_html}{body}</section>')
 
 
 def details(summary: str, body: str, *, open_: bool = False, cls: str = "") -> str:
@@ -113,9 +123,12 @@ def figure(data: list[Any] | None = None, **layout: Any) -> go.Figure:
     return go.Figure(data=data or [], layout=base)
 
 
-def plot(fig: go.Figure, *, height: int = 240, name: str = "") -> str:
-    """A placeholder div the page script turns into the chart (also works in the offline report)."""
+def plot(fig: go.Figure, *, height: int = 240, name: str = "", alt: str = "") -> str:
+    """A placeholder div the page script turns into the chart (also works in the offline report).
+
+    ``alt`` says in words what the chart shows (its text alternative, read by screen readers)."""
     fig.update_layout(height=height, autosize=True)
     payload = pio.to_json(fig, validate=False, remove_uids=True)
-    return (f'<div class="dre-plot" data-name="{esc(name)}" style="height:{int(height)}px" '
-            f'data-fig="{esc(payload)}"></div>')
+    label = short(alt, 400) if alt else f"Chart: {name or 'values of this run'} (hover it for the values)"
+    return (f'<div class="dre-plot" role="figure" aria-label="{esc(label)}" data-name="{esc(name)}" '
+            f'style="height:{int(height)}px" data-fig="{esc(payload)}"></div>')

@@ -97,7 +97,7 @@ class ApiRuns:
 
     def submit(self, question: str, spec: RunSpec, *, client: str, key: str = "") -> ApiJob | Trace:
         """The job for this call, or the stored run a previous call with ``key`` made."""
-        question = self.controller._check(question)
+        question = self.controller.check_question(question)
         request = request_text(question, spec)
         store = self.controller.store
         with self._lock:

@@ -25,6 +25,10 @@ from explorer.ui.render import render_comparison, render_runs
 PLOTLY_JS = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
 EXPLORER_JS = ASSETS_DIR / "explorer.js"
 EXPLORER_CSS = ASSETS_DIR / "explorer.css"
+#: An export for slides: the type a room can read (presenting mode in the app uses the same sizes).
+SLIDES_CSS = ("body.dre-slides .dre-root{font-size:20px}body.dre-slides .dre-tokens{font-size:21px}"
+              "body.dre-slides .dre-panel h3{font-size:22px}body.dre-slides .dre-title{font-size:26px}"
+              "body.dre-slides{padding-bottom:160px}")
 
 
 @cache
@@ -44,8 +48,11 @@ def safe_filename(text: str, suffix: str) -> str:
     return f"{stem}{suffix}"
 
 
-def report_html(traces: list[Trace], *, signal: str = "prob", title: str | None = None) -> str:
-    """A standalone HTML page showing ``traces`` (side by side, compared when there are several)."""
+def report_html(traces: list[Trace], *, signal: str = "prob", title: str | None = None, slides: bool = False) -> str:
+    """A standalone HTML page showing ``traces`` (side by side, compared when there are several).
+
+    ``slides``: for a class, the page opens in presenting mode (large type; the arrow keys step from
+    one decision to the next with its explanation, as in the app)."""
     if not traces:
         raise ValueError("a report needs at least one run")
     title = title or (f"{traces[0].method}/{traces[0].variant}: {traces[0].question}" if len(traces) == 1
@@ -53,24 +60,25 @@ def report_html(traces: list[Trace], *, signal: str = "prob", title: str | None 
     body = (render_runs(traces, signal=signal) if len(traces) == 1
             else render_comparison(traces, signal=signal, compact=False))
     scripts, hashes = [], []
-    for code in (_asset(PLOTLY_JS), _asset(EXPLORER_JS), "window.DRE.render(document.body);"):
+    start = "window.DRE.render(document.body);" + (" window.DRE.present(true);" if slides else "")
+    for code in (_asset(PLOTLY_JS), _asset(EXPLORER_JS), start):
         tag, digest = _inline_script(code)
         scripts.append(tag)
         hashes.append(digest)
     csp = (f"default-src 'none'; script-src {' '.join(hashes)} 'unsafe-eval'; style-src 'unsafe-inline'; "
            "img-src data: blob:; font-src data:")
     generated = datetime.now(UTC).isoformat(timespec="seconds")
+    # A panel title's "?" opens the app's help tab; a report has none.
+    style = _asset(EXPLORER_CSS) + ".dre-help{display:none}" + (SLIDES_CSS if slides else "")
+    head = (f'<div class="dre-root dre-report-head"><b>Dynamic RAG Explorer</b> · report generated {esc(generated)} · '
+            f"{len(traces)} run(s) · opens offline; hover a token or a bar for its values"
+            + (" · → and ← step through the decisions, Esc stops presenting" if slides else "") + "</div>")
     return (
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         f'<meta http-equiv="Content-Security-Policy" content="{esc(csp)}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{esc(title)}</title><style>body{{margin:16px;background:#f8fafc}}{_asset(EXPLORER_CSS)}"
-        # A panel title's "?" opens the app's help tab; a report has none.
-        ".dre-help{display:none}</style>"
-        "</head><body>"
-        f'<div class="dre-root dre-report-head"><b>Dynamic RAG Explorer</b> · report generated {esc(generated)} · '
-        f"{len(traces)} run(s) · opens offline; hover a token or a bar for its values</div>"
-        f"{body}{''.join(scripts)}</body></html>")
+        f"<title>{esc(title)}</title><style>body{{margin:16px;background:#f8fafc}}{style}</style>"
+        f'</head><body class="{"dre-slides" if slides else "dre-report"}">{head}{body}{"".join(scripts)}</body></html>')
 
 
 def trace_json(trace: Trace) -> str:

@@ -8,6 +8,7 @@ picking, streaming runs on the model's queue slot, opening a recorded run and "R
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -18,11 +19,12 @@ from explorer.errors import ExplorerError, public_message
 from explorer.eval.question_files import question_file_types
 from explorer.eval.question_formats import QUESTION_FORMATS
 from explorer.retrieval.choice import KINDS, RetrieverConfig, retriever_config
-from explorer.ui import controls, forkblock, gallery, gallery_block, questions, viewblock
+from explorer.ui import controls, forkblock, form, gallery, gallery_block, links, questions, viewblock
 from explorer.ui.admission import EVENT_LIMIT
 from explorer.ui.controller import RunController, status_html
-from explorer.ui.history import TraceCache
+from explorer.ui.history import Exports, TraceCache
 from explorer.ui.html import esc
+from explorer.ui.render import render_runs
 
 MODEL_QUEUE = "model"
 #: Page wiring, not scripting API (explorer/ui/api.py has the public endpoints).
@@ -72,15 +74,38 @@ class MethodSettings:
     params: dict[tuple[str, str], Any]
 
 
-def build_question_column(opening: questions.Question | None, opening_key: str | None) -> QuestionControls:
-    """Where the question comes from; opens on the recorded case study when there is one."""
+def method_choice(name: str) -> tuple[str, str]:
+    """A method's checkbox: its short name (DRAGIN), the full title in the settings tab."""
+    return controls.method_label(name).split(" (")[0], name
+
+
+def build_band(opening: questions.Question | None, methods: list[str]) -> tuple[Any, Any, Any, Any]:
+    """The one band of controls a visitor needs: the question, the methods, Run and Cancel."""
+    with gr.Row(elem_id="run-band", equal_height=False):
+        question = gr.Textbox(opening.question if opening is not None else "", label="Question", lines=2,
+                              max_lines=4, elem_id="question", scale=5, min_width=280,
+                              placeholder="Type a question, or open Settings to pick one (you can edit it)")
+        chosen = gr.CheckboxGroup([method_choice(m) for m in methods], value=["dragin"],
+                                  label="Methods (several run one after another, side by side)", elem_id="methods",
+                                  scale=6, min_width=300)
+        with gr.Column(scale=0, min_width=112, elem_id="run-buttons"):
+            run_btn = gr.Button("Run", variant="primary", elem_id="run", size="md")
+            cancel_btn = gr.Button("Cancel", variant="stop", elem_id="cancel", size="sm")
+    return question, chosen, run_btn, cancel_btn
+
+
+def build_sources(opening: questions.Question | None, opening_key: str | None) -> tuple[Any, ...]:
+    """Where the question comes from (in Settings); opens on the recorded case study when there is one."""
     start_source = questions.CASES if opening is not None else questions.DEMO
-    source = gr.Dropdown(questions.sources(), value=start_source, label="Question source", elem_id="question-source")
+    with gr.Row():
+        source = gr.Dropdown(questions.sources(), value=start_source, label="Question source",
+                             elem_id="question-source", scale=1)
+        picked = gr.Dropdown(questions.choices(start_source), value=opening_key if opening is not None else None,
+                             label="Pick a question", elem_id="question-pick", scale=3)
     loaded_files = gr.State({})  # this browser's question files (questions.Loaded)
     note = questions.data_note()
     data_note = gr.HTML(note_html(note), visible=bool(note), elem_id="data-note", js_on_load=None)
-    picked = gr.Dropdown(questions.choices(start_source), value=opening_key if opening is not None else None,
-                         label="Pick a question", elem_id="question-pick")
+    gold = gr.HTML(gold_html(opening), elem_id="gold", js_on_load=None)
     with gr.Accordion("Load a question file", open=False, elem_id="question-file-box"):
         with gr.Row():
             question_file = gr.File(label="Question file (.json, .jsonl, .csv, .tsv, .gz)", file_count="single",
@@ -88,14 +113,11 @@ def build_question_column(opening: questions.Question | None, opening_key: str |
             question_format = gr.Dropdown([questions.AUTO_FORMAT, *QUESTION_FORMATS], value=questions.AUTO_FORMAT,
                                           label="Format", elem_id="question-format",
                                           info="detect reads the first record; question-only is 'questions'")
-    question = gr.Textbox(opening.question if opening is not None else "", label="Question", lines=2,
-                          elem_id="question", placeholder="Type a question, or pick one above (you can edit it)")
-    gold = gr.HTML(gold_html(opening), elem_id="gold", js_on_load=None)
-    return QuestionControls(source, loaded_files, data_note, picked, question_file, question_format, question, gold)
+    return source, loaded_files, data_note, picked, question_file, question_format, gold
 
 
-def build_run_column(corpus: str, start: RetrieverConfig, embedder: str, methods: list[str]) -> RunControls:
-    """The retriever beside the corpus, the methods to run, and Run / Cancel."""
+def build_retriever_row(corpus: str, start: RetrieverConfig, embedder: str) -> tuple[Any, Any]:
+    """The retriever beside the corpus (in Settings)."""
     with gr.Row(elem_id="retrieval-row"):
         gr.Textbox(corpus, label="Corpus", interactive=False, elem_id="corpus", scale=2,
                    info="set when the app starts (--corpus)")
@@ -103,25 +125,7 @@ def build_run_column(corpus: str, start: RetrieverConfig, embedder: str, methods
                                 info="bm25, dense (sentence embeddings) or hybrid (both, fused)")
         embedder_box = gr.Textbox(embedder or "embedded", label="Embedder", elem_id="embedder", scale=2,
                                   info="dense/hybrid: a sentence-transformers folder, or 'embedded'")
-    chosen = gr.CheckboxGroup([(controls.method_label(m), m) for m in methods], value=["dragin"],
-                              label="Methods (several run one after another, side by side)", elem_id="methods")
-    with gr.Row():
-        run_btn = gr.Button("Run", variant="primary", elem_id="run")
-        cancel_btn = gr.Button("Cancel", variant="stop", elem_id="cancel")
-    status = gr.HTML(status_html("Ready."), elem_id="run-status", js_on_load=None)
-    return RunControls(retriever, embedder_box, chosen, run_btn, cancel_btn, status)
-
-
-def _param_control(p: Any, value: Any, info: str) -> Any:
-    """The input that suits a parameter's type."""
-    if p.type == "bool":
-        return gr.Checkbox(value=bool(value), label=p.name, info=info, elem_id=p.elem_id)
-    if p.choices:
-        return gr.Dropdown(list(p.choices), value=value, label=p.name, info=info, elem_id=p.elem_id)
-    if p.type in ("int", "float"):
-        return gr.Number(value=value, label=p.name, info=info, elem_id=p.elem_id,
-                         step=1 if p.type == "int" else 0.01, min_width=180)
-    return gr.Textbox(value=str(value), label=p.name, info=info, elem_id=p.elem_id)
+    return retriever, embedder_box
 
 
 def build_method_settings(methods: list[str], model: str) -> MethodSettings:
@@ -143,14 +147,14 @@ def build_method_settings(methods: list[str], model: str) -> MethodSettings:
                 with gr.Row():
                     for p in controls.params(method):
                         note = controls.preset_note(p, choices[0], model)
-                        comp = _param_control(p, controls.shown_default(p, choices[0], model),
-                                              p.info + (f" · {note}" if note else ""))
+                        comp = form.param_component(p, controls.shown_default(p, choices[0], model),
+                                                    p.info + (f" · {note}" if note else ""))
                         param_inputs[(method, p.name)] = comp
                         if any(controls.preset_note(p, v, model) for v in choices):
                             preset_bearing.append((p, comp))
                 if preset_bearing:
                     def on_variant(variant: str, bearing=tuple(preset_bearing)) -> list[Any]:
-                        return [gr.update(value=controls.shown_default(p, variant, model),
+                        return [gr.update(value=form.shown_value(p, controls.shown_default(p, variant, model)),
                                           info=p.info + (f" · {n}" if (n := controls.preset_note(p, variant, model))
                                                          else "")) for p, _ in bearing]
 
@@ -205,6 +209,10 @@ class RunTab:
     view: Any
     methods: list[str]
     model: str
+    #: The hidden component the case-study links send through (``DRE.senders["run:link"]``).
+    link: Any = None
+    #: (handler, inputs, outputs) that open the page's link (?run=, ?compare=, ?case=) when it loads.
+    on_load: Any = None
 
 
 def run_handler(tab: RunTab, controller: RunController, cache: TraceCache) -> Callable[..., Iterator[tuple]]:
@@ -228,12 +236,19 @@ def run_handler(tab: RunTab, controller: RunController, cache: TraceCache) -> Ca
             ticked = sorted(data[rc.chosen] or [], key=lambda m: methods.index(m) if m in methods else len(methods))
             if recorded is not None:
                 ticked = [recorded.method]
-            specs = controls.build_specs(ticked, {m: data[c] for m, c in ms.variants.items()},
-                                         {k: data[c] for k, c in ms.params.items()}, model=tab.model)
+            specs, refused = controls.plan_runs(ticked, {m: data[c] for m, c in ms.variants.items()},
+                                                {k: data[c] for k, c in ms.params.items()}, model=tab.model)
             text, gold_info = question_of(data, recorded)
+            if not specs:  # every ticked method refused: a card each, nothing to run
+                controller.check_question(text)
+                html = render_runs([], refused=[(r.method, r.message) for r in refused])
+                status = "; ".join(f"{r.method} not run: {r.message}" for r in refused)
+                yield html, status_html(status, error=True), *skip
+                return
             choice = retriever_config(data[rc.retriever] or "bm25", (data[rc.embedder] or "").strip() or None)
             updates = controller.stream(text, specs, gold=gold_info, session=request.session_hash or "anonymous",
-                                        signal=data[view.signal], retriever=choice.kind, embedder=choice.embedder)
+                                        signal=data[view.signal], retriever=choice.kind, embedder=choice.embedder,
+                                        refused=refused)
             for update in updates:
                 if update.done:
                     html, state, run_u, theta_u = viewblock.after_show(cache, viewblock.Shown(update.run_ids),
@@ -249,12 +264,9 @@ def run_handler(tab: RunTab, controller: RunController, cache: TraceCache) -> Ca
 
 def wire_recorded(tab: RunTab, shelf: gallery.Gallery, cache: TraceCache, on_run: Callable[..., Iterator[tuple]],
                   run_inputs: set, outputs: list) -> None:
-    """A recorded run opens with no model call; "Run it live" sets the controls to it and runs it."""
+    """Links open runs, comparisons and recorded cases with no model call; "Run it live" sets the controls
+    to the recorded run and runs it."""
     qc, ms, view, block = tab.questions, tab.settings, tab.view, tab.shelf_block
-    block.table.click(gallery_block.opener(shelf, cache), [block.table, view.signal],
-                      [view.html, view.state, view.run, view.theta, block.note, block.row, block.key, tab.run.status,
-                       block.story],
-                      queue=False, **QUIET)
     method_params = {m: [(name, c) for (mm, name), c in ms.params.items() if mm == m] for m in tab.methods}
     fill_outputs = [qc.source, qc.picked, qc.question, qc.gold, tab.run.chosen, *ms.variants.values(),
                     *ms.params.values()]
@@ -266,12 +278,52 @@ def wire_recorded(tab: RunTab, shelf: gallery.Gallery, cache: TraceCache, on_run
             return [gr.skip()] * len(fill_outputs)
         q = questions.find(questions.CASES, f"demo:{item.question_id}")
         settings = gallery.live_settings(trace, tab.model)  # a preset of another model is not carried over
-        values = {c: gr.update(value=settings[name]) for name, c in method_params.get(item.method, [])
-                  if name in settings}
+        declared = {p.name: p for p in controls.params(item.method)}
+        values = {c: gr.update(value=form.shown_value(declared[name], settings[name]))
+                  for name, c in method_params.get(item.method, []) if name in settings and name in declared}
         return [gr.skip() if src == questions.CASES else questions.CASES,
                 f"demo:{item.question_id}", item.question, gold_html(q), [item.method],
                 *(trace.variant if m == item.method else gr.skip() for m in ms.variants),
                 *(values.get(c, gr.skip()) for c in ms.params.values())]
+
+    link_outputs = [view.html, view.state, view.run, view.theta, block.note, block.row, block.key, tab.run.status,
+                    *fill_outputs]
+
+    def open_params(params: dict[str, Any], signal: str, src: str) -> list[Any]:
+        """What a link opens (``?run=``, ``?compare=``, ``?case=``), with the controls set to its question."""
+        nothing = [gr.skip()] * len(link_outputs)
+        try:
+            opened = links.open_link(params, cache, shelf)
+        except ExplorerError as exc:
+            return [*nothing[:7], status_html(f"This link opens nothing: {public_message(exc)}", error=True),
+                    *nothing[8:]]
+        if opened is None:
+            return nothing
+        html, state, run_u, theta_u = viewblock.after_show(cache, opened.shown, signal)
+        item = opened.item
+        if item is not None:
+            fill = fill_from(item.key, src)
+        else:
+            shown = viewblock.traces(cache, opened.shown)
+            ticked = [m for m in dict.fromkeys(t.method for t in shown) if m in tab.methods]
+            fill = [gr.skip(), gr.skip(), shown[-1].question if shown else gr.skip(), gr.skip(),
+                    ticked or gr.skip(), *([gr.skip()] * (len(fill_outputs) - 5))]
+        note = gallery_block.recorded_note(item, shelf) if item is not None else gr.skip()
+        return [html, state, run_u, theta_u, note, gr.update(visible=item is not None),
+                item.key if item is not None else gr.skip(), status_html(opened.status), *fill]
+
+    def on_link(text: str, signal: str, src: str) -> list[Any]:
+        try:
+            data = json.loads(text or "{}")
+        except ValueError:
+            data = {}
+        return open_params(data if isinstance(data, dict) else {}, signal, src)
+
+    def on_load(signal: str, src: str, request: gr.Request) -> list[Any]:
+        return open_params(dict(request.query_params or {}), signal, src)
+
+    tab.link.submit(on_link, [tab.link, view.signal, qc.source], link_outputs, queue=False, **QUIET)
+    tab.on_load = (on_load, [view.signal, qc.source], link_outputs)
 
     def on_run_live(data: dict, request: gr.Request) -> Iterator[tuple]:
         yield from on_run(data, request, recorded=shelf.item(data[block.key]))
@@ -297,32 +349,74 @@ def wire(tab: RunTab, controller: RunController, cache: TraceCache, shelf: galle
         return status_html("Nothing is running.")
 
     # The recorded-run line goes first: the browser starts a button's handlers in order, and the run streams.
-    rc.run_btn.click(lambda: gr.update(visible=False), None, tab.shelf_block.row, queue=False, **QUIET)
+    rc.run_btn.click(lambda: gr.update(visible=False), None, tab.shelf_block.row, queue=False,
+                     js="() => { window.DRE && window.DRE.follow && window.DRE.follow('run'); }", **QUIET)
     rc.run_btn.click(on_run, run_inputs, outputs, concurrency_limit=EVENT_LIMIT, concurrency_id=MODEL_QUEUE, **QUIET)
     wire_recorded(tab, shelf, cache, on_run, run_inputs, outputs)
     rc.cancel_btn.click(on_cancel, None, rc.status, queue=False, **PRIVATE)
 
 
+def build_exports(view: Any, cache: TraceCache, exports: Exports) -> None:
+    """Exports of what the view shows (a run, a comparison, a fork beside its parent; recorded runs too)."""
+    with gr.Row(elem_id="run-exports", equal_height=True):
+        html_btn = gr.Button("Export HTML report", size="sm", elem_id="run-export-html", scale=0, min_width=160)
+        slides_btn = gr.Button("Export for slides", size="sm", elem_id="run-export-slides", scale=0, min_width=160)
+        json_btn = gr.Button("Export trace JSON", size="sm", elem_id="run-export-json", scale=0, min_width=160)
+        file = gr.File(label="Exported file (click to download)", interactive=False, elem_id="run-export-file",
+                       height=90, scale=1, visible=False)  # shown with its first file
+    note = gr.HTML("", elem_id="run-export-status", js_on_load=None)
+
+    def export(kind: str, state: Any, signal: str) -> tuple[Any, str]:
+        shown = viewblock.traces(cache, viewblock.Shown.of(state))
+        if not shown:
+            return gr.skip(), status_html("Nothing to export: open or run something first.", error=True)
+        if kind == "json":
+            return (gr.update(value=exports.trace_json(shown[-1]), visible=True),
+                    status_html(f"Trace of run {shown[-1].run_id[:12]} exported."))
+        what = "Slides" if kind == "slides" else "HTML report"
+        return (gr.update(value=exports.report(shown, signal, slides=kind == "slides"), visible=True),
+                status_html(f"{what} of {len(shown)} run(s) exported: one file that opens offline."))
+
+    for kind, button in (("html", html_btn), ("slides", slides_btn), ("json", json_btn)):
+        button.click(lambda st, sig, k=kind: export(k, st, sig), [view.state, view.signal], [file, note], **QUIET)
+
+
 def build(settings: Any, controller: RunController, cache: TraceCache, shelf: gallery.Gallery,
-          start: RetrieverConfig, methods: list[str], model: str, head: str) -> RunTab:
-    """The Run tab, laid out and wired; opens on the first recorded run when the gallery has one."""
+          start: RetrieverConfig, methods: list[str], model: str, head: str, exports: Exports) -> RunTab:
+    """The Run tab, laid out results first: one band of controls, the case studies, then the view.
+
+    At 1280x720 the opened run's token strip is on the first screen: the question, the methods and
+    Run share one band, everything else (question sources, retriever, method settings) is folded
+    under Settings, and the view's own controls sit beside what they change.
+    """
     first = shelf.first
     opening_key = f"demo:{first.question_id}" if first else None
     opening = questions.find(questions.CASES, opening_key) if opening_key else None
     with gr.Tab("Run", id="run", elem_id="tab-run"):
-        with gr.Row():
-            with gr.Column(scale=3):
-                qc = build_question_column(opening, opening_key)
-            with gr.Column(scale=2):
-                rc = build_run_column(settings.corpus, start, settings.embedder, methods)
-        with gr.Accordion("Method settings (the papers' defaults, or the model's preset where there is one; "
-                          "each value is checked by the method's config)", open=False, elem_id="settings"):
+        question, chosen, run_btn, cancel_btn = build_band(opening, methods)
+        with gr.Accordion("Settings: question source, retriever, each method's parameters", open=False,
+                          elem_id="settings"):
+            source, loaded, data_note, picked, question_file, question_format, gold = build_sources(opening,
+                                                                                                  opening_key)
+            retriever, embedder = build_retriever_row(settings.corpus, start, settings.embedder)
+            gr.HTML('<p class="dre-root dre-note">Each method\'s parameters start at the paper\'s default, or the '
+                    "model's preset where there is one; each value is checked by the method's config.</p>",
+                    js_on_load=None)
             ms = build_method_settings(methods, model)
         shelf_block = gallery_block.build(shelf, cache)
+        status = gr.HTML(status_html("Ready."), elem_id="run-status", js_on_load=None)
         view = viewblock.build("run", cache, head, '<p class="dre-empty">Pick a question and methods, then '
                                "press Run. Tokens appear as the model writes them.</p>",
-                               shown=gallery_block.shown_for(first, shelf) if first else None,
-                               forker=forkblock.Forker(controller))
-    tab = RunTab(qc, rc, ms, shelf_block, view, methods, model)
+                               shown=links.shown_for(first, shelf) if first else None,
+                               forker=forkblock.Forker(controller),
+                               # a fork is a new run made now: the recorded run's line does not stay above it
+                               on_fork=lambda fork: fork.request.submit(lambda: gr.update(visible=False), None,
+                                                                        shelf_block.row, queue=False, **QUIET))
+        build_exports(view, cache, exports)
+        link = gr.HTML("", html_template="<span hidden></span>", js_on_load=forkblock.sender_js("run", "link"),
+                       elem_id="run-link-request", visible="hidden")
+    qc = QuestionControls(source, loaded, data_note, picked, question_file, question_format, question, gold)
+    rc = RunControls(retriever, embedder, chosen, run_btn, cancel_btn, status)
+    tab = RunTab(qc, rc, ms, shelf_block, view, methods, model, link=link)
     wire(tab, controller, cache, shelf)
     return tab

@@ -108,7 +108,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="SQLite file that stores the runs (env EXPLORER_DB)")
     parser.add_argument("--model", default=os.environ.get("EXPLORER_MODEL", "embedded"),
                         help="embedded (default), gemma3-270m, a model folder, a .gguf file, or a hub id already in "
-                             "the Hugging Face cache (env EXPLORER_MODEL)")
+                             "the Hugging Face cache (env EXPLORER_MODEL); random:tiny is a random-weight model for "
+                             "tests")
     parser.add_argument("--attn", default=default_attn(), metavar="BACKEND", help=ATTN_HELP)
     parser.add_argument("--corpus", default=os.environ.get("EXPLORER_CORPUS", "demo"),
                         help="demo (default), benchmark, or a corpus file/folder (env EXPLORER_CORPUS)")
@@ -170,7 +171,11 @@ def exposure_warning(host: str, auth: tuple[str, str] | None) -> str | None:
 def check_model_offline(spec: str) -> None:
     """Refuse a model that would have to be downloaded now (the app never downloads at run time)."""
     from explorer.engine.embedded import embedded_spec, is_fetched
+    from explorer.engine.random_models import is_random_spec, parse_random_spec
 
+    if is_random_spec(spec):  # built from a seed, nothing to fetch (its text is noise: tests and timing only)
+        parse_random_spec(spec)
+        return
     model = embedded_spec(spec)
     if model is None:
         path = Path(spec).expanduser()

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from explorer import naming
 from explorer.engine.token_signals import registry
 from explorer.forks.diff import fork_marker
 from explorer.trace import Event, Trace
@@ -68,6 +69,8 @@ class TraceView:
         self.events = trace.events
         self.spans: list[Span] = []
         by_id: dict[int, Span] = {}
+        #: The retrieval check made on each span (generation event id -> check event).
+        self.check_of: dict[int, Event] = {}
         u_by_step: dict[int, float] = {}
         u_by_span: dict[int, float] = {}
         for e in self.events:
@@ -91,6 +94,8 @@ class TraceView:
                 span.cut_at, span.cut_reason = int(p["token_index"]), str(p.get("reason", ""))
             elif e.kind == "trigger" and p.get("span") in by_id:
                 by_id[p["span"]].triggers[int(p["token_index"])] = p
+            elif e.kind == "check" and p.get("span") is not None:
+                self.check_of[p["span"]] = e
             elif e.kind == "continuation" and p.get("span") in by_id:
                 by_id[p["span"]].retrieval = p.get("retrieval")
         for span in self.spans:
@@ -132,6 +137,11 @@ class TraceView:
 
     def anchor(self, event_id: int) -> str:
         return f"dre-{self.key}-e{event_id}"
+
+    def decision(self, span_id: int | None) -> str:
+        """How the check on a span decided: fired, kept, forced or suppressed (see naming.decision_kind)."""
+        check = self.check_of.get(span_id) if span_id is not None else None
+        return naming.decision_kind(check.payload) if check is not None else "fired"
 
     def colour(self, retrieval_id: int | None) -> str:
         n = self.retrieval_number.get(retrieval_id or -1)
@@ -183,3 +193,5 @@ class ViewOptions:
     costs: bool = True
     #: A point to mark as a fork's divergence ({"span", "token"} or {"retrieval"}); a fork marks its own.
     fork_at: dict[str, Any] | None = None
+    #: In the app: the view's own controls (colour signal, what-if θ'), links to the run; not in an export.
+    interactive: bool = False

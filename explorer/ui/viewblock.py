@@ -1,15 +1,20 @@
-"""The view of stored runs with its own controls: colour signal, what-if run and threshold θ'.
+"""The view of stored runs with its own controls: colour signal, what-if threshold θ', links.
 
-Used by the Run tab (for the runs just finished) and the History tab (for reopened or compared
-runs). It renders only from stored traces. Moving θ' replays the chosen run's recorded checks
-(:mod:`explorer.whatif`) and redraws at once; nothing is generated again. With a
-:class:`~explorer.ui.forkblock.Forker`, tokens and retrieval cards open the fork menu; a fork
-is shown beside its parent, and a run with forks shows its family tree.
+Used by the Run tab (for the runs just finished), the History tab (for reopened or compared
+runs) and the Evaluations tab. It renders only from stored traces. The controls live inside the
+view itself, beside what they change (the colour signal above the token strip, the what-if θ'
+beside the decision chart): the page sends their values through a small hidden component
+(``DRE.senders["PREFIX:view"]``) and the view is drawn again. Moving θ' replays the chosen run's
+recorded checks (:mod:`explorer.whatif`) and redraws at once; nothing is generated again. With a
+:class:`~explorer.ui.forkblock.Forker`, tokens and retrieval cards open the fork menu; a fork is
+shown beside its parent, and a run with forks shows its family tree.
 """
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,10 +24,11 @@ from explorer.errors import ExplorerError
 from explorer.trace import Trace
 from explorer.ui import forkblock
 from explorer.ui.history import TraceCache
-from explorer.ui.panels.costs import run_labels
 from explorer.ui.panels.fork import render_family
-from explorer.ui.render import decision_signal, page, recorded_threshold, render_comparison, render_fork, render_runs
+from explorer.ui.render import page, render_comparison, render_fork, render_runs, theta_range
 from explorer.ui.view import strip_signals
+
+QUIET: dict[str, Any] = {"show_progress": "hidden", "api_visibility": "private", "queue": False}
 
 
 @dataclass
@@ -47,12 +53,16 @@ class Shown:
 
 @dataclass
 class ViewBlock:
+    #: The strip's colour signal, the what-if run and its θ' (page state, set from the view's own controls).
     signal: Any
     run: Any
     theta: Any
-    reset: Any
     html: Any
     state: Any
+    #: The hidden component the view's controls send through.
+    control: Any = None
+    #: The fork request, open request and status line (:mod:`~explorer.ui.forkblock`).
+    fork: Any = None
 
 
 def traces(cache: TraceCache, shown: Shown) -> list[Trace]:
@@ -72,12 +82,12 @@ def render(cache: TraceCache, state: Any, signal: str, run: str | None, theta: f
         return render_runs([])
     whatif_at = {run: float(theta)} if run and theta is not None else {}
     if shown.compare and len(found) > 1:
-        return render_comparison(found, signal=signal, whatif_at=whatif_at)
+        return render_comparison(found, signal=signal, whatif_at=whatif_at, interactive=True)
     if shown.fork and len(found) == 2:
         return render_fork(found[0], found[1], signal=signal, whatif_at=whatif_at,
-                           family=family_html(cache, found[1].run_id))
+                           family=family_html(cache, found[1].run_id), interactive=True)
     family = family_html(cache, found[0].run_id) if len(found) == 1 else ""
-    return render_runs(found, signal=signal, whatif_at=whatif_at, below=family)
+    return render_runs(found, signal=signal, whatif_at=whatif_at, below=family, interactive=True)
 
 
 def family_html(cache: TraceCache, run_id: str) -> str:
@@ -88,79 +98,74 @@ def family_html(cache: TraceCache, run_id: str) -> str:
         return ""
 
 
-def whatif_choices(found: list[Trace]) -> list[tuple[str, str]]:
-    labels = run_labels(found)
-    return [(f"{label} ({decision_signal(t)})", t.run_id) for label, t in zip(labels, found, strict=True)
-            if decision_signal(t) is not None]
-
-
-def theta_update(cache: TraceCache, run: str | None) -> Any:
-    """The θ' slider for a run: spanning its recorded values, starting at its recorded threshold."""
+def theta_update(cache: TraceCache, run: str | None) -> dict[str, Any]:
+    """The what-if range of a run: spanning its recorded values, starting at its recorded threshold."""
     if not run:
-        return gr.update(visible=False, value=None)
-    trace = cache.get(run)
-    signal = decision_signal(trace)
-    values = [float(u["value"]) for e in trace.events if e.kind == "check" and e.payload.get("signal") == signal
-              for u in e.payload.get("units") or []
-              if isinstance(u.get("value"), (int, float)) and math.isfinite(u["value"])]
-    theta = recorded_threshold(trace) or 0.0
-    lo = min([0.0, theta, *values])
-    hi = max([theta * 2 if theta > 0 else 1.0, *values]) * 1.05
-    step = max((hi - lo) / 400, 1e-4)
-    return gr.update(visible=True, minimum=round(lo, 6), maximum=round(hi, 6), step=step, value=theta,
-                     label=f"what-if θ' ({signal}; recorded θ = {theta:g})")
+        return {"visible": False, "value": None}
+    found = theta_range(cache.get(run))
+    if found is None:
+        return {"visible": False, "value": None}
+    lo, hi, step, theta = found
+    return {"visible": True, "minimum": lo, "maximum": hi, "step": step, "value": theta}
 
 
 def after_show(cache: TraceCache, shown: Shown, signal: str) -> tuple[Any, Any, Any, Any]:
-    """Updates for (html, state, what-if run, θ') when a view starts showing other runs."""
-    found = traces(cache, shown)
-    html = render(cache, shown.to_state(), signal, None, None)
-    choices = whatif_choices(found)
-    return html, shown.to_state(), gr.update(choices=choices, value=None, interactive=bool(choices)), \
-        gr.update(visible=False, value=None)
+    """Updates for (html, state, what-if run, θ') when a view starts showing other runs (no what-if yet)."""
+    return render(cache, shown.to_state(), signal, None, None), shown.to_state(), None, None
+
+
+def read_control(text: str, signal: str, run: str | None, theta: float | None,
+                 shown_ids: list[str]) -> tuple[str, str | None, float | None]:
+    """The view's controls after a message from the page: ``{"signal"}``, ``{"whatif": {"run", "theta"}}``
+    or ``{"whatif": null}``; anything else leaves them as they were."""
+    try:
+        data = json.loads(text or "{}")
+    except ValueError:
+        return signal, run, theta
+    if not isinstance(data, dict):
+        return signal, run, theta
+    if isinstance(data.get("signal"), str) and data["signal"] in strip_signals():
+        signal = data["signal"]
+    if "whatif" in data:
+        wanted = data["whatif"]
+        if not isinstance(wanted, dict):
+            return signal, None, None
+        value = wanted.get("theta")
+        if str(wanted.get("run")) in shown_ids and isinstance(value, (int, float)) and math.isfinite(value):
+            return signal, str(wanted["run"]), float(value)
+    return signal, run, theta
 
 
 def build(prefix: str, cache: TraceCache, head: str, intro: str, *, shown: Shown | None = None,
-          forker: forkblock.Forker | None = None) -> ViewBlock:
-    """Create the controls and the HTML view in the current layout and wire their events.
+          forker: forkblock.Forker | None = None, on_fork: Callable[[Any], None] | None = None) -> ViewBlock:
+    """Create the view and its hidden controls in the current layout and wire their events.
 
     ``shown``: runs the view opens with (rendered into the page itself, so they appear with it).
     ``forker``: the app's run controller, so that runs shown here can be forked from their tokens.
+    ``on_fork``: wires the caller's own listeners to the fork request before the fork's (the page
+    starts a trigger's listeners in order, and the fork streams until it is done).
     """
     start = traces(cache, shown) if shown is not None else []
     first_html = render(cache, shown.to_state(), "prob", None, None) if start and shown else page(intro)
     first_state = shown.to_state() if start and shown else {"ids": [], "compare": False}
-    first_choices = whatif_choices(start)
-    with gr.Row(equal_height=True):
-        signal = gr.Dropdown([(label, key) for key, (label, _) in strip_signals().items()], value="prob",
-                             label="Colour tokens by", elem_id=f"{prefix}-signal", scale=1, min_width=160)
-        run = gr.Dropdown(first_choices, value=None, label="What-if on run", elem_id=f"{prefix}-whatif-run",
-                          scale=2, interactive=bool(first_choices),
-                          info="replays its recorded decisions at another threshold")
-        theta = gr.Slider(0, 1, value=None, label="what-if θ'", visible=False, elem_id=f"{prefix}-theta", scale=3)
-        reset = gr.Button("Clear what-if", size="sm", elem_id=f"{prefix}-whatif-clear", scale=0, min_width=110)
+    signal, run, theta = gr.State("prob"), gr.State(None), gr.State(None)
+    control = gr.HTML("", html_template="<span hidden></span>", js_on_load=forkblock.sender_js(prefix, "view"),
+                      elem_id=f"{prefix}-view-control", visible="hidden")
     fork_controls = forkblock.build(prefix)
     html = gr.HTML(first_html, head=head, js_on_load=forkblock.view_js(prefix, forker is not None),
                    elem_id=f"{prefix}-view", container=False,
                    server_functions=forkblock.menu_functions(cache, forker) if forker is not None else None)
     state = gr.State(first_state)
 
-    def redraw(st: Any, sig: str, r: str | None, th: float | None) -> str:
-        return render(cache, st, sig, r, th)
+    def on_control(text: str, st: Any, sig: str, r: str | None, th: float | None) -> tuple[str, Any, Any, str]:
+        sig, r, th = read_control(text, sig, r, th, Shown.of(st).ids)
+        return sig, r, th, render(cache, st, sig, r, th)
 
-    def pick(st: Any, sig: str, r: str | None) -> tuple[Any, str]:
-        update = theta_update(cache, r)
-        th = None if not r else recorded_threshold(cache.get(r))
-        return update, render(cache, st, sig, r, th)
-
-    def clear(st: Any, sig: str) -> tuple[Any, Any, str]:
-        return gr.update(value=None), gr.update(visible=False, value=None), render(cache, st, sig, None, None)
-
-    quiet: dict[str, Any] = {"show_progress": "hidden", "api_visibility": "private", "queue": False}
-    signal.change(redraw, [state, signal, run, theta], html, **quiet)
-    run.input(pick, [state, signal, run], [theta, html], **quiet)
-    theta.change(redraw, [state, signal, run, theta], html, trigger_mode="always_last", **quiet)
-    reset.click(clear, [state, signal], [run, theta, html], **quiet)
-    block = ViewBlock(signal=signal, run=run, theta=theta, reset=reset, html=html, state=state)
+    control.submit(on_control, [control, state, signal, run, theta], [signal, run, theta, html],
+                   trigger_mode="always_last", **QUIET)
+    block = ViewBlock(signal=signal, run=run, theta=theta, html=html, state=state, control=control,
+                      fork=fork_controls)
+    if on_fork is not None:
+        on_fork(fork_controls)
     forkblock.wire(fork_controls, block, cache, forker)
     return block

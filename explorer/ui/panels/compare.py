@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 
+from explorer import naming
 from explorer.trace import Trace
 from explorer.ui.html import badge, esc, fmt, section, short
 from explorer.ui.panels import costs
@@ -34,11 +35,12 @@ def _triggers(view: TraceView) -> str:
     items = []
     for e in view.of_kind("trigger"):
         p = e.payload
-        items.append(f"<li>step {e.step}: {esc(repr(str(p.get('token', ''))))} ({esc(p.get('signal'))} = "
-                     f"{esc(fmt(p.get('value')))} vs {esc(fmt(p.get('threshold')))})</li>")
+        forced = " (forced by a fork)" if view.decision(p.get("span")) == "forced" else ""
+        items.append(f"<li>{naming.step(e.step)}: {esc(repr(str(p.get('token', ''))))}{forced} "
+                     f"({esc(p.get('signal'))} = {esc(fmt(p.get('value')))}, θ = {esc(fmt(p.get('threshold')))})</li>")
     before = [e for e in view.of_kind("query") if e.id not in view.trigger_of]
     for q in before:
-        items.append(f"<li>step {q.step}: without a trigger ({esc(q.payload.get('source'))})</li>")
+        items.append(f"<li>{naming.step(q.step)}: without a threshold decision ({esc(q.payload.get('source'))})</li>")
     return f"<ul>{''.join(items)}</ul>" if items else "never"
 
 

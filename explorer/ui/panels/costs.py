@@ -24,9 +24,11 @@ COLOURS = ("#2563eb", "#d97706", "#059669", "#7c3aed", "#db2777", "#0891b2", "#6
 
 
 def run_labels(traces: list[Trace]) -> list[str]:
-    """Short distinct labels: method/variant, numbered when the same pair appears twice."""
+    """Short distinct labels: method/variant, with the run's id when the same pair appears twice
+    (a fork beside its parent: "dragin/paper · 3f2a91", never a bare "#1"/"#2")."""
     base = [f"{t.method}/{t.variant}" for t in traces]
-    return [b if base.count(b) == 1 else f"{b} #{base[:i + 1].count(b)}" for i, b in enumerate(base)]
+    return [b if base.count(b) == 1 else f"{b} · {'fork ' if t.fork else 'run '}{t.run_id[:6]}"
+            for b, t in zip(base, traces, strict=True)]
 
 
 def _value(trace: Trace, key: str) -> float:
@@ -62,7 +64,10 @@ def chart(traces: list[Trace]) -> str:
                       font={"family": "system-ui, sans-serif", "size": 10})
     legend = " ".join(f'<span class="dre-swatch" style="background:{COLOURS[i % len(COLOURS)]}"></span>{esc(lb)}'
                       for i, lb in enumerate(labels))
-    return f'<div class="dre-legend">{legend}</div>' + plot(fig, height=200, name="costs")
+    alt = "Bar charts comparing " + "; ".join(
+        f"{name}: " + ", ".join(f"{lb} {fmt(_value(t, key))}" for lb, t in zip(labels, traces, strict=True))
+        for key, name in metrics[:3]) + " (the table above has every number)."
+    return f'<div class="dre-legend">{legend}</div>' + plot(fig, height=200, name="costs", alt=alt)
 
 
 def render(traces: list[Trace]) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from explorer import naming
 from explorer.ui.html import badge, esc, section, short
 from explorer.ui.view import TraceView, ViewOptions
 
@@ -64,15 +65,17 @@ def render(view: TraceView, opts: ViewOptions) -> str:
                f'<details><summary>the filter\'s raw answer</summary><pre>{esc(e.payload.get("raw_answer"))}</pre>'
                "</details>")
         name = f" · {esc(e.payload['set'])} set" if e.payload.get("set") else ""
-        columns.append(f'<div class="dre-filtercol" data-filter="{e.id}">'
-                       f'<div class="dre-qhead">filter #{e.id}{name} · step {e.step}'
-                       f'{f" · R{view.retrieval_number[r.id]}" if r is not None else ""}</div>{query}'
+        judged = f" · of {naming.event('retrieval', r.id)}" if r is not None else ""
+        title = naming.event("filter", e.id).capitalize()
+        columns.append(f'<div class="dre-filtercol" data-filter="{e.id}"><div class="dre-qhead">{title}{name} · '
+                       f'{naming.step(e.step)}{judged}</div>{query}'
                        f'<ul class="dre-verdicts">{"".join(rows)}</ul>{raw}</div>')
     body = f'<div class="dre-filtergrid">{"".join(columns)}</div>'
     for s in view.of_kind("selection"):
         ids = [str(i) for i in s.payload.get("passage_ids") or []]
         items = "".join(f"<li><b>{esc(_title(view, pid))}</b> <code>{esc(pid)}</code>"
                         f'{" " + badge("gold", "gold") if pid in gold else ""}</li>' for pid in ids)
-        body += (f'<div class="dre-union"><b>selection #{s.id}</b>: {esc(s.payload.get("reason"))} '
+        body += (f'<div class="dre-union"><b>{naming.event("selection", s.id).capitalize()}</b>: '
+                 f'{esc(s.payload.get("reason"))} '
                  f'({len(ids)} passages)<ul>{items}</ul></div>')
     return section("Knowledge filter (BlendFilter)", body, panel="filter")

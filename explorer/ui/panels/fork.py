@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from explorer import naming
 from explorer.forks import ForkChange, ForkPoint
 from explorer.forks.diff import DiffOp, ForkDiff, diff_runs, fork_marker
 from explorer.trace import Trace
@@ -85,10 +86,17 @@ def render(parent: Trace, child: Trace, diff: ForkDiff | None = None) -> str:
     """The fork panel for ``child`` shown beside ``parent``."""
     d = diff or diff_runs(parent, child)
     fork = child.fork if isinstance(child.fork, dict) else {}
-    where = (f"at event {esc(d.parent_event)} of the parent (event {esc(d.child_event)} of the fork)"
-             if d.parent_event is not None else "(no divergence recorded: the fork ended before its point)")
+    if d.parent_event is not None and 0 <= d.parent_event < len(parent.events):
+        where = (f"everything up to {naming.event(parent.events[d.parent_event].kind, d.parent_event)} of the "
+                 "parent was replayed, the rest is new")
+    elif d.parent_event is not None:
+        where = f"the parent was replayed up to its event {d.parent_event}"
+    else:
+        where = "no divergence recorded: the fork ended before its point"
+    depth = int(fork.get("depth", 1) or 1)
+    generation = "" if depth <= 1 else f" · a fork of a fork ({depth} levels down)"
     head = (f'<p class="dre-fork-what"><b>{esc(_describe_change(fork.get("change") or d.change))}</b> at '
-            f'{esc(_describe_point(fork.get("at")))} · diverged {where} · fork depth {esc(fork.get("depth", 1))} · '
+            f'{esc(_describe_point(fork.get("at")))} · {esc(where)}{esc(generation)} · '
             f'parent <code>{esc(parent.run_id[:12])}</code> → fork <code>{esc(child.run_id[:12])}</code></p>')
     verdict = badge("same answer", "same") if d.same_answer else badge("answer changed", "changed")
     answers = (f'<table class="dre-table dre-fork-answers">'
@@ -101,8 +109,8 @@ def render(parent: Trace, child: Trace, diff: ForkDiff | None = None) -> str:
     written = ops_html(d.tokens, show=_token_text) or "<i>no tokens</i>"
     tokens = (f'<p class="dre-note">{esc(lead)} Struck: only the parent wrote it; underlined: only the fork.</p>'
               f'<div class="dre-diff dre-fork-tokens">{written}</div>')
-    body = (head + _notes(child) + f'<h5>Answer {verdict}</h5>' + answers
-            + "<h5>Continuation, token by token</h5>" + tokens + "<h5>What the fork replayed</h5>" + _costs(child))
+    body = (head + _notes(child) + f'<h4>Answer {verdict}</h4>' + answers
+            + "<h4>Continuation, token by token</h4>" + tokens + "<h4>What the fork replayed</h4>" + _costs(child))
     return section("Fork: what changed", f'<div class="dre-fork" data-parent="{esc(parent.run_id)}" '
                    f'data-child="{esc(child.run_id)}">{body}</div>', panel="fork")
 

@@ -81,10 +81,13 @@ def render(view: TraceView, opts: ViewOptions) -> str:
     notes = "".join(f'<li class="dre-note-{esc(e.payload.get("level", "info"))}">{esc(e.payload.get("message"))}</li>'
                     for e in view.of_kind("note"))
     error = f'<div class="dre-error">{esc(t.error)}</div>' if t.error and t.status != "complete" else ""
-    return (f'<header class="dre-runhead"><div class="dre-title"><b>{esc(_title(t.method))}</b> '
-            f'<span class="dre-variant">{esc(t.variant)}</span> {status}</div>'
+    link = (f' <a class="dre-link" href="?run={esc(t.run_id)}" aria-label="Link to this {esc(t.method)} run '
+            f'({esc(t.run_id[:8])})">link</a>' if opts.interactive and t.status != "running" else "")
+    return (f'<header class="dre-runhead"><h2 class="dre-title"><b>{esc(_title(t.method))}</b> '
+            f'<span class="dre-variant">{esc(t.variant)}</span> {status}{link}</h2>'
             f'<div class="dre-question">{esc(t.question)}</div>'
             f'<div class="dre-answer">answer: <b>{esc(answer)}</b> {verdict}</div>{gold}'
-            f'<div class="dre-facts">settings: {settings}</div><div class="dre-facts">{facts}</div>'
-            f'<div class="dre-facts">{esc(costs)}</div>{error}'
-            + (f'<ul class="dre-notes">{notes}</ul>' if notes and not opts.compact else "") + "</header>")
+            f'<div class="dre-facts">settings: {settings} · {esc(costs)}</div><div class="dre-facts">{facts}</div>'
+            f'{error}' + (f'<details class="dre-notes-box"><summary>{len(view.of_kind("note"))} note(s) from the '
+                          f'method</summary><ul class="dre-notes">{notes}</ul></details>'
+                          if notes and not opts.compact else "") + "</header>")

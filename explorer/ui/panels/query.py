@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from explorer import naming
 from explorer.ui.html import esc, fmt, heat, section, short
 from explorer.ui.view import TraceView, ViewOptions
 
@@ -35,7 +36,7 @@ def _qfs(candidates: list[dict[str, Any]]) -> str:
         title = f"attention weight {fmt(weight)}" + ("" if c.get("eligible", True) else " · not a candidate")
         if c.get("flagged"):
             title += " · a word over the threshold (excluded)"
-        colour = heat(None if weight is None else weight / top, (37, 99, 235))
+        colour = heat(None if weight is None else weight / top, (96, 165, 250))
         parts.append(f'<span class="{" ".join(classes)}" style="background:{colour}" '
                      f'title="{esc(title)}">{esc(c.get("text", ""))}</span>')
     return f'<div class="dre-heat">{" ".join(parts)}</div>'
@@ -64,9 +65,10 @@ def render(view: TraceView, opts: ViewOptions) -> str:
     for e in view.of_kind("query"):
         p = e.payload
         trig = view.trigger_of.get(e.id)
-        head = f'<div class="dre-qhead"><b>Q{e.id}</b> · step {e.step} · source <code>{esc(p.get("source"))}</code>'
+        head = (f'<div class="dre-qhead"><b>{naming.event("query", e.id).capitalize()}</b> · {naming.step(e.step)} · '
+                f'source <code>{esc(p.get("source"))}</code>')
         if trig is not None:
-            head += f' · after the trigger at {esc(repr(str(trig.payload.get("token", ""))))}'
+            head += f' · after the retrieval decision at {esc(repr(str(trig.payload.get("token", ""))))}'
         head += "</div>"
         body = ""
         if isinstance(p.get("candidates"), list) and p["candidates"]:

@@ -7,6 +7,7 @@ are marked, so a reader sees at once whether the right evidence came back.
 
 from __future__ import annotations
 
+from explorer import naming
 from explorer.ui.html import badge, esc, fmt, section, short
 from explorer.ui.view import TraceView, ViewOptions
 
@@ -14,7 +15,7 @@ from explorer.ui.view import TraceView, ViewOptions
 def _hit(hit: dict, gold: set[str], compact: bool) -> str:
     pid = str(hit.get("id", ""))
     is_gold = pid in gold
-    head = (f'<span class="dre-rank">#{esc(hit.get("rank", "?"))}</span> <b>{esc(hit.get("title", ""))}</b> '
+    head = (f'<span class="dre-rank">rank {esc(hit.get("rank", "?"))}</span> <b>{esc(hit.get("title", ""))}</b> '
             f'<span class="dre-score">score {esc(fmt(hit.get("score")))}</span> <code>{esc(pid)}</code>'
             + (" " + badge("gold", "gold") if is_gold else ""))
     text = esc(hit.get("text", ""))
@@ -46,15 +47,21 @@ def render(view: TraceView, opts: ViewOptions) -> str:
         p = e.payload
         q = view.query_of.get(e.id)
         colour = view.colour(e.id)
-        number = view.retrieval_number[e.id]
         query = q.payload.get("text", "") if q is not None else ""
         source = q.payload.get("source", "") if q is not None else ""
         trig = view.trigger_of.get(q.id) if q is not None else None
         why = ""
         if trig is not None:
             t = trig.payload
-            why = (f'<div class="dre-why">fired by {esc(repr(str(t.get("token", ""))))}: {esc(t.get("signal"))} = '
-                   f'{esc(fmt(t.get("value")))} vs θ = {esc(fmt(t.get("threshold")))}</div>')
+            word, signal = esc(repr(str(t.get("token", "")))), esc(t.get("signal"))
+            value, theta = esc(fmt(t.get("value"))), esc(fmt(t.get("threshold")))
+            if view.decision(t.get("span")) == "forced":
+                why = (f'<div class="dre-why dre-forced">retrieval forced by a fork at {word} ({signal} = {value}, '
+                       f"θ = {theta}: not the method's own decision)</div>")
+            else:
+                compare = esc((view.check_of.get(t.get("span")) or trig).payload.get("compare", ">"))
+                why = (f'<div class="dre-why">retrieval fired at {word}: {signal} = {value} {compare} θ = {theta}'
+                       "</div>")
         hits = p.get("hits") or []
         found = sum(1 for h in hits if str(h.get("id")) in gold)
         gold_note = f" · {found}/{len(gold)} gold" if gold else ""
@@ -69,7 +76,8 @@ def render(view: TraceView, opts: ViewOptions) -> str:
         cards.append(
             f'<div class="dre-ret{" forkpoint" if point else ""}" id="{view.anchor(e.id)}" data-retrieval="{e.id}" '
             f'style="border-color:{colour}">'
-            f'<div class="dre-ret-head" style="background:{colour}">R{number} · step {e.step} · t = {fmt(e.t)} s'
+            f'<div class="dre-ret-head" style="background:{colour}">{naming.event("retrieval", e.id).capitalize()} · '
+            f'{naming.step(e.step)} · t = {fmt(e.t)} s'
             f'{esc(gold_note)}{mark}</div>{why}{_state(p)}'
             f'<div class="dre-query">query ({esc(source)}): <q>{esc(short(query, 400))}</q></div>'
             f'<ol class="dre-hits">{items}</ol></div>')

@@ -15,7 +15,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from explorer import whatif
+from explorer import naming, whatif
 from explorer.ui.html import esc, figure, fmt, plot, plot_text, section
 from explorer.ui.view import TraceView, ViewOptions, strip_signals
 
@@ -30,7 +30,7 @@ def _chart(view: TraceView, signal: str, decisions: list[whatif.Decision], theta
     checks = _checks(view, signal)
     by_check = {d.check: d for d in decisions}
     xs, ys, colours, hover, ticks = [], [], [], [], []
-    shapes, annotations = [], []
+    shapes, annotations, fired = [], [], []
     x = 0
     shade_from: int | None = None
     for e in checks:
@@ -50,12 +50,15 @@ def _chart(view: TraceView, signal: str, decisions: list[whatif.Decision], theta
                 colour = WHATIF
             if p.get("fired") == i:
                 colour = FIRED
+                moved = naming.decision_kind(p) == "forced"
+                fired.append(f"{'forced by a fork' if moved else 'fired'} at "
+                             f"{str(unit.get('text', '')).strip()!r} ({fmt(value)})")
             xs.append(x)
             ys.append(float(value))
             colours.append(colour)
             extra = "" if eligible else " (not eligible)"
             hover.append(f"{plot_text(repr(str(unit.get('text', ''))), 80)}{extra}<br>{plot_text(signal)} = "
-                         f"{fmt(value)}<br>check #{e.id}, unit {i}")
+                         f"{fmt(value)}<br>{naming.event('check', e.id)}, {p.get('unit', 'unit')} {i}")
             ticks.append(plot_text(str(unit.get("text", "")).strip(), 14))
             x += 1
         if start:
@@ -63,7 +66,7 @@ def _chart(view: TraceView, signal: str, decisions: list[whatif.Decision], theta
                            "y0": 0, "y1": 1, "line": {"color": "#9ca3af", "width": 1, "dash": "dot"}})
         annotations.append({"x": start - 0.4, "y": 1.0, "xref": "x", "yref": "paper", "xanchor": "left",
                             "yanchor": "bottom", "showarrow": False, "font": {"size": 9, "color": "#6b7280"},
-                            "text": f"step {e.step}"})
+                            "text": naming.step(e.step)})
     recorded = checks[0].payload.get("threshold") if checks else None
     if isinstance(recorded, (int, float)):
         shapes.append({"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": recorded, "y1": recorded,
@@ -86,7 +89,12 @@ def _chart(view: TraceView, signal: str, decisions: list[whatif.Decision], theta
     fig = figure([trace], shapes=shapes, annotations=annotations, xaxis=xaxis, bargap=0.15,
                  yaxis={"title": {"text": plot_text(signal), "font": {"size": 10}}},
                  margin={"b": 64 if len(xs) <= 48 else 24})
-    return plot(fig, height=260, name="signal")
+    unit = checks[0].payload.get("unit", "unit") if checks else "unit"
+    alt = (f"Bar chart of {signal} for each {unit} the method checked, {len(xs)} bars in the order checked"
+           + (f"; the threshold θ = {fmt(recorded)}" if isinstance(recorded, (int, float)) else "")
+           + (f"; retrieval {', '.join(fired)}" if fired else "; no bar fired")
+           + (f"; highest {fmt(max(ys))}" if ys else "") + ". The decisions are listed in words below.")
+    return plot(fig, height=260, name="signal", alt=alt)
 
 
 def _token_chart(view: TraceView, signal: str) -> str:
@@ -102,7 +110,10 @@ def _token_chart(view: TraceView, signal: str) -> str:
                              line={"width": 1, "color": ELIGIBLE}, hovertext=hover, hoverinfo="text")],
                  xaxis={"title": {"text": "generated token", "font": {"size": 10}}},
                  yaxis={"title": {"text": plot_text(strip_signals()[signal][0]), "font": {"size": 10}}})
-    return plot(fig, height=200, name="signal")
+    known = [v for v in ys if v is not None]
+    alt = (f"Line chart of {strip_signals()[signal][0]} for each of the {len(xs)} generated tokens"
+           + (f", from {fmt(min(known))} to {fmt(max(known))}" if known else "") + ".")
+    return plot(fig, height=200, name="signal", alt=alt)
 
 
 def _interval_table(view: TraceView, signal: str) -> str:
@@ -114,15 +125,34 @@ def _interval_table(view: TraceView, signal: str) -> str:
             lo = "−∞" if iv.lo == -math.inf else fmt(iv.lo)
             hi = "∞" if iv.hi == math.inf else fmt(iv.hi)
             what = ("no retrieval" if iv.fires is None
-                    else f"unit {iv.fires} {str(units[iv.fires].get('text', '')).strip()!r}")
+                    else f"{e.payload.get('unit', 'unit')} {iv.fires} {str(units[iv.fires].get('text', '')).strip()!r}")
             mark = " class=\"rec\"" if iv.fires == e.payload.get("fired") else ""
             cells.append(f"<li{mark}>θ in ({esc(lo)}, {esc(hi)}): {esc(what)}</li>")
-        rows.append(f"<div><b>check #{e.id}</b> (step {e.step}, {esc(e.payload.get('unit', 'unit'))}s, "
-                    f"fires when value {esc(e.payload.get('compare', '>'))} θ)<ul>{''.join(cells)}</ul></div>")
+        rows.append(f"<div><b>{naming.event('check', e.id).capitalize()}</b> ({naming.step(e.step)}, "
+                    f"{esc(e.payload.get('unit', 'unit'))}s, fires when value {esc(e.payload.get('compare', '>'))} θ)"
+                    f"<ul>{''.join(cells)}</ul></div>")
     return "".join(rows)
 
 
-def render(view: TraceView, opts: ViewOptions, decisions: list[whatif.Decision], signal: str | None) -> str:
+def whatif_control(view: TraceView, opts: ViewOptions, signal: str,
+                   whatif_range: tuple[float, float, float, float]) -> str:
+    """The what-if θ' slider, beside the chart it changes: moving it replays the recorded decisions."""
+    lo, hi, step, recorded = whatif_range
+    value = opts.whatif if opts.whatif is not None else recorded
+    key = view.key
+    reset = ('<button type="button" class="dre-whatif-reset">Back to the recorded θ</button>'
+             if opts.whatif is not None else "")
+    return (f'<div class="dre-viewctl dre-whatif-ctl" data-run="{esc(view.trace.run_id)}">'
+            f'<label for="dre-theta-{key}">What-if θ′ for {esc(signal)} (recorded θ = {esc(fmt(recorded))}):</label> '
+            f'<input type="range" id="dre-theta-{key}" class="dre-theta" min="{lo}" max="{hi}" step="{step:.6g}" '
+            f'value="{value:.6g}" data-recorded="{recorded:.6g}" '
+            f'aria-describedby="dre-theta-help-{key}"> <output for="dre-theta-{key}">{esc(fmt(value))}</output> '
+            f'{reset}<span class="dre-note" id="dre-theta-help-{key}">Move it to replay this run\'s recorded '
+            "decisions at another threshold; nothing is generated again.</span></div>")
+
+
+def render(view: TraceView, opts: ViewOptions, decisions: list[whatif.Decision], signal: str | None,
+           whatif_range: tuple[float, float, float, float] | None = None) -> str:
     if signal is None:
         chosen = opts.signal if opts.signal in view.available_signals() else "prob"
         if not view.main_spans:
@@ -135,6 +165,8 @@ def render(view: TraceView, opts: ViewOptions, decisions: list[whatif.Decision],
     note = (f"Decision: {esc(first.get('rule', ''))}. Bars: {esc(first.get('unit', 'unit'))}s in the order checked; "
             f"red = fired, grey = not eligible.")
     body = _chart(view, signal, decisions, opts.whatif)
+    if whatif_range is not None:
+        body = whatif_control(view, opts, signal, whatif_range) + body
     if opts.whatif is not None:
         units_of = {e.id: e.payload.get("units") or [] for e in checks}
         body = (f'<p class="dre-whatif">What-if on the recorded generation: {esc(whatif.describe(decisions, units_of))}'

@@ -59,7 +59,7 @@ def _graph(view: TraceView) -> tuple[dict[str, tuple[int, str, str]], list[tuple
             for hit in r.payload.get("hits") or []:
                 key = f"p:{hit.get('id')}"
                 if key not in nodes:
-                    hover = (f"#{hit.get('rank')} {plot_text(hit.get('title'))} [{plot_text(hit.get('id'))}] "
+                    hover = (f"rank {hit.get('rank')}: {plot_text(hit.get('title'))} [{plot_text(hit.get('id'))}] "
                              f"score {fmt(hit.get('score'))}")
                     nodes[key] = (depth + 1, str(hit.get("title", "")), hover)
                 edges.append((f"q:{q.id}", key))
@@ -106,7 +106,11 @@ def _figure(view: TraceView) -> str:
                 "line": {"width": [3 if k in selected else 0 for k in keys], "color": "#059669"}}))
     height = 120 + 46 * max((len(v) for v in depths.values()), default=1)
     fig = figure(data, xaxis={"visible": False}, yaxis={"visible": False}, margin={"l": 10, "r": 10, "t": 10, "b": 10})
-    return plot(fig, height=min(height, 560), name="stages")
+    queries = sum(1 for k in keys if k.startswith("q:"))
+    alt = (f"Graph of the two retrieval stages: {queries} queries and {len(keys) - queries} passages, "
+           f"{len(view.of_kind('classifier'))} classifier calls; {len(selected)} passages selected, "
+           f"{len(gold & set(keys))} gold passages among those found.")
+    return plot(fig, height=min(height, 560), name="stages", alt=alt)
 
 
 def render(view: TraceView, opts: ViewOptions) -> str:

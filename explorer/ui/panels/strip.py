@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from explorer import whatif
+from explorer import naming, whatif
 from explorer.engine.token_signals import registry
 from explorer.ui.html import esc, fmt, heat, section
 from explorer.ui.view import Span, TraceView, ViewOptions, strip_signals
@@ -37,12 +37,13 @@ def _intensity(value: float | None, signal: str, lo: float, hi: float) -> float 
 def _title(i: int, token: dict[str, Any], span: Span) -> str:
     recorded = token.get("signals") if isinstance(token.get("signals"), dict) else token
     shown = [s for s in registry().values() if s.shown and s.id in recorded]
-    lines = [f"#{i} {token.get('text', '')!r}",
+    where = naming.token(span.event_id, i) if span.event_id >= 0 else f"token {i}"
+    lines = [f"{where}: {token.get('text', '')!r}",
              " · ".join(f"{s.short or s.title} = {fmt(recorded.get(s.id))}" for s in shown)]
     # A flag signal that is off says why (DRAGIN's content mask: "not eligible for RIND").
     lines += [s.legend for s in registry().values() if not s.shown and recorded.get(s.id) is False]
     if span.u is not None:
-        lines.append(f"U (step {span.step}) = {fmt(span.u)}")
+        lines.append(f"U ({naming.step(span.step)}) = {fmt(span.u)}")
     top = token.get("top") or []
     if top:
         lines.append("top: " + ", ".join(f"{str(t)!r} {fmt(p)}" for t, p in top[:5]))
@@ -79,17 +80,21 @@ def _tokens_html(view: TraceView, span: Span, signal: str, lo: float, hi: float,
                      f'{esc(span.appended)}</span>')
     for i, token in enumerate(span.tokens):
         if span.cut_at is not None and i == span.cut_at:
-            parts.append(f'<span class="dre-cut-mark" title="{esc("cut here: " + span.cut_reason)}">✂</span>')
+            parts.append(f'<span class="dre-cut-mark" title="{esc("cut here: " + span.cut_reason)}" '
+                         'aria-hidden="true">✂</span><span class="dre-sr">(cut here: the rest of this span was '
+                         "discarded)</span>")
         classes = ["tok"]
         if span.cut_at is not None and i >= span.cut_at:
             classes.append("cut")
         flag = ""
         if i in span.triggers:
             trig = span.triggers[i]
-            classes.append("fired")
-            why = (f"retrieval fired: {trig.get('signal')} = {fmt(trig.get('value'))} "
-                   f"vs θ = {fmt(trig.get('threshold'))}")
-            flag = f'<span class="dre-flag" title="{esc(why)}">⚑</span>'
+            kind = view.decision(span.event_id)
+            classes.append("forced" if kind == "forced" else "fired")
+            verb = "retrieval forced by a fork" if kind == "forced" else "retrieval fired"
+            why = f"{verb}: {trig.get('signal')} = {fmt(trig.get('value'))}, θ = {fmt(trig.get('threshold'))}"
+            flag = (f'<span class="dre-flag" title="{esc(why)}" aria-hidden="true">⚑</span>'
+                    f'<span class="dre-sr">({esc(verb)} at the next token)</span>')
         if i in marks:
             classes.append("whatif")
         if i == fork_token:
@@ -113,7 +118,8 @@ def _plain(span: Span, marks: set[int], fork_span: int | None = None) -> bool:
 def _group_html(view: TraceView, spans: list[Span], signal: str, lo: float, hi: float) -> str:
     """Many short calls of one purpose (a judge per passage pair, a filter per set) on one line each."""
     first = spans[0]
-    head = (f'<span class="dre-tag">{esc(first.purpose)} · step {first.step} · {len(spans)} calls</span>')
+    head = (f'<span class="dre-tag">{esc(first.purpose)} · {naming.step(first.step)} · {len(spans)} calls '
+            f"(spans {spans[0].event_id}–{spans[-1].event_id})</span>")
     body = '<span class="dre-sep">│</span>'.join(_tokens_html(view, s, signal, lo, hi, set()) for s in spans)
     ids = " ".join(str(s.event_id) for s in spans)
     return (f'<div class="dre-span group" data-span="{ids}"><div class="dre-span-head">{head}</div>'
@@ -122,16 +128,16 @@ def _group_html(view: TraceView, spans: list[Span], signal: str, lo: float, hi: 
 
 def _span_html(view: TraceView, span: Span, signal: str, lo: float, hi: float, marks: set[int],
                fork_token: int | None = None) -> str:
-    head = [f'<span class="dre-tag">{esc(span.purpose)}{"" if span.step < 0 else f" · step {span.step}"}'
+    name = "" if span.step < 0 else f"{naming.span(span.event_id)} · "
+    head = [f'<span class="dre-tag">{name}{esc(span.purpose)}{"" if span.step < 0 else f" · {naming.step(span.step)}"}'
             f'{" · replayed" if span.replayed else ""}</span>']
     style = ""
     if span.retrieval is not None:
         colour = view.colour(span.retrieval)
-        number = view.retrieval_number.get(span.retrieval, "?")
         hits = view.events[span.retrieval].payload.get("hits") or [] if span.retrieval < len(view.events) else []
         titles = " · ".join(esc(h.get("title", h.get("id", ""))) for h in hits) or "no passages"
         head.append(f'<a class="dre-join" href="#{view.anchor(span.retrieval)}" style="color:{colour}">'
-                    f'⇠ given the passages of retrieval R{number}: {titles}</a>')
+                    f'⇠ given the passages of {naming.event("retrieval", span.retrieval)}: {titles}</a>')
         style = f' style="border-left-color:{colour}"'
     classes = "".join(f" {c}" for c, on in (("sampled", span.sampled), ("live", span.live),
                                              ("replayed", span.replayed)) if on)
@@ -203,9 +209,19 @@ def render(view: TraceView, opts: ViewOptions, decisions: list[whatif.Decision] 
         body += (f'<p class="dre-note">{len(sampled)} sampled continuation(s) are not in the strip; '
                  'see the uncertainty panel.</p>')
     label, how = strip_signals()[signal]
-    legend = (f'<div class="dre-legend"><span>coloured by <b>{esc(label)}</b>: {esc(how)}</span>'
-              '<span class="dre-key"><span class="dre-k fired">⚑ fired retrieval</span>'
-              '<span class="dre-k cut">cut away</span>'
+    coloured = f"coloured by <b>{esc(label)}</b>"
+    if opts.interactive and len(view.available_signals()) > 1:
+        options = "".join(f'<option value="{esc(sid)}"{" selected" if sid == signal else ""}>'
+                          f"{esc(strip_signals()[sid][0])}</option>" for sid in view.available_signals())
+        coloured = (f'<label class="dre-viewctl" for="dre-signal-{view.key}">colour tokens by</label> '
+                    f'<select class="dre-viewctl dre-signal-pick" id="dre-signal-{view.key}">{options}</select>')
+    legend = (f'<div class="dre-legend"><span>{coloured}: {esc(how)}</span>'
+              '<span class="dre-key">'
+              + ('<span class="dre-k fired">⚑ retrieval fired</span>' if any(
+                  s.triggers and view.decision(s.event_id) != "forced" for s in spans) else "")
+              + ('<span class="dre-k forced">⚑ retrieval forced by a fork</span>' if any(
+                  s.triggers and view.decision(s.event_id) == "forced" for s in spans) else "")
+              + ('<span class="dre-k cut">cut away</span>' if any(s.cut_at is not None for s in spans) else "")
               + ('<span class="dre-k whatif">would fire at θ\'</span>' if marks else "")
               + ('<span class="dre-k forkpoint">⋔ fork point</span>' if fork_span is not None else "")
               + "</span></div>")

@@ -14,6 +14,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from explorer import naming
 from explorer.ui.html import esc, figure, fmt, plot, plot_text, section
 from explorer.ui.view import TraceView, ViewOptions
 
@@ -51,7 +52,8 @@ def _u_chart(view: TraceView, events: list[Any]) -> str:
         over = delta is not None and value > delta
         colours.append("#dc2626" if over else "#059669")
         versus = "" if delta is None else f" ({'>' if over else '≤'} δ = {fmt(delta)})"
-        hover.append(f"#{e.id} step {e.step} · {plot_text(_label(e.payload), 60)}<br>"
+        hover.append(f"{naming.event('uncertainty', e.id)}, {naming.step(e.step)} · "
+                     f"{plot_text(_label(e.payload), 60)}<br>"
                      f"{plot_text(e.payload.get('estimator'))} U = {fmt(value)}{versus}")
     shapes = []
     if delta is not None:
@@ -65,7 +67,11 @@ def _u_chart(view: TraceView, events: list[Any]) -> str:
                  margin={"b": 60},
                  yaxis={"title": {"text": "U", "font": {"size": 10}}})
     note = f"red: U > δ = {fmt(delta)} (uncertain: retrieve)" if delta is not None else "no δ recorded"
-    return f'<p class="dre-note">{esc(note)}</p>' + plot(fig, height=220, name="uncertainty")
+    over = sum(1 for v in ys if delta is not None and v > delta)
+    against = (f" against δ = {fmt(delta)}: {over} above it (retrieve), {len(xs) - over} at or below"
+               if delta is not None else "")
+    alt = f"Line chart of SEAKR's uncertainty U at each of {len(xs)} steps{against}."
+    return f'<p class="dre-note">{esc(note)}</p>' + plot(fig, height=220, name="uncertainty", alt=alt)
 
 
 def _chosen_ids(chosen: Any, candidates: list[dict[str, Any]]) -> set[str]:
@@ -88,7 +94,7 @@ def _rerank(e: Any) -> str:
     for n, c in enumerate(cands):
         u = next((_num(c.get(k)) for k in U_KEYS if _num(c.get(k)) is not None), None)
         rank = c.get("rank", n + 1)
-        labels.append(plot_text(f"#{rank} {c.get('title') or c.get('id')}", 28))
+        labels.append(plot_text(f"rank {rank}: {c.get('title') or c.get('id')}", 28))
         values.append(u)
         colours.append("#059669" if str(c.get("id")) in chosen else "#94a3b8")
         hover.append(f"search rank {plot_text(rank)} · score {fmt(c.get('score'))}<br>{plot_text(c.get('title'), 80)} "
@@ -96,9 +102,11 @@ def _rerank(e: Any) -> str:
     fig = figure([go.Bar(x=labels, y=values, marker={"color": colours}, hovertext=hover, hoverinfo="text")],
                  yaxis={"title": {"text": "U with this passage", "font": {"size": 10}}}, margin={"b": 60})
     kept = ", ".join(sorted(chosen)) or "none"
-    return (f'<div class="dre-rerank" data-rerank="{e.id}"><div class="dre-qhead">rerank #{e.id} · step {e.step}: '
-            f"kept <code>{esc(kept)}</code> (lowest U), bars in search-engine rank order</div>"
-            + plot(fig, height=200, name="rerank") + "</div>")
+    return (f'<div class="dre-rerank" data-rerank="{e.id}"><div class="dre-qhead">'
+            f'{naming.event("rerank", e.id).capitalize()} · {naming.step(e.step)}: kept <code>{esc(kept)}</code> '
+            "(lowest U), bars in search-engine rank order</div>"
+            + plot(fig, height=200, name="rerank", alt=f"Bar chart of U with each of {len(cands)} candidate passages, "
+                   f"in search rank order; kept {kept} (the lowest U).") + "</div>")
 
 
 def _spectra(events: list[Any]) -> str:
@@ -109,13 +117,16 @@ def _spectra(events: list[Any]) -> str:
             continue
         eig = sorted((float(v) for v in eig), reverse=True)
         traces.append(go.Scatter(x=list(range(1, len(eig) + 1)), y=eig, mode="lines+markers", marker={"size": 4},
-                                 name=f"#{e.id}", hovertext=[f"#{e.id} λ{i + 1} = {fmt(v)}" for i, v in enumerate(eig)],
+                                 name=naming.event("uncertainty", e.id),
+                                 hovertext=[f"{naming.event('uncertainty', e.id)} λ{i + 1} = {fmt(v)}"
+                                            for i, v in enumerate(eig)],
                                  hoverinfo="text"))
     if not traces:
         return ""
     fig = figure(traces, showlegend=True, yaxis={"type": "log", "title": {"text": "eigenvalue", "font": {"size": 10}}},
                  xaxis={"title": {"text": "index (largest first)", "font": {"size": 10}}})
-    return "<h5>Eigenvalues of the Gram matrix of the samples' hidden states</h5>" + plot(fig, height=220,
+    alt = f"Line chart, log scale, of the eigenvalues of {len(traces)} estimates, largest first."
+    return "<h4>Eigenvalues of the Gram matrix of the samples' hidden states</h4>" + plot(fig, height=220, alt=alt,
                                                                                          name="eigenvalues")
 
 
@@ -126,7 +137,8 @@ def _samples(events: list[Any]) -> str:
         if not isinstance(samples, list) or not samples:
             continue
         items = "".join(f"<li>{esc(s.get('text', s) if isinstance(s, dict) else s)}</li>" for s in samples)
-        blocks.append(f"<details><summary>#{e.id} step {e.step}: {len(samples)} samples, U = "
+        blocks.append(f"<details><summary>{naming.event('uncertainty', e.id).capitalize()}, {naming.step(e.step)}: "
+                      f"{len(samples)} samples, U = "
                       f"{esc(fmt(e.payload.get('value')))}</summary><ol class=\"dre-samples\">{items}</ol></details>")
     return "".join(blocks)
 

@@ -1,0 +1,310 @@
+"""The page a teacher presents from, in a real browser (Debian's chromium via Playwright) on the embedded model:
+the run on the first screen at 1280x720, links that open runs, comparisons and case studies, presenting
+mode, a scripted lesson end to end, WCAG 2.2 AA with axe-core, and every method ticked at once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from explorer.engine.embedded import embedded_display_name
+from explorer.methods.base import method_names
+from explorer.store import RunStore
+from explorer.ui import forking, gallery
+from explorer.ui.panels import decisions
+from explorer.ui.view import TraceView
+from tests.browser_support import (
+    AXE,
+    CHROMIUM,
+    axe_violations,
+    browser_context,
+    click_run,
+    open_settings,
+    set_methods,
+    set_whatif,
+    shot,
+    start_app,
+    wait_done,
+    wait_ready,
+    wait_tokens,
+)
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow,
+              pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                                 reason=f"{CHROMIUM} is missing: `make browser` (apt-get install chromium)")]
+
+SHELF = gallery.load()
+#: The model the shared app runs (``make run``'s default); recorded cases of another model are not forked on it.
+APP_MODEL = str(embedded_display_name("embedded"))
+FIRST_SCREEN = {"width": 1280, "height": 720}
+MENU = ".dre-forkmenu"
+
+
+@pytest.fixture(scope="module")
+def app(ui_app):
+    return ui_app
+
+
+@pytest.fixture(scope="module")
+def context(app):
+    with browser_context() as ctx:
+        yield ctx
+
+
+@pytest.fixture()
+def page(context):
+    page = context.new_page()
+    page.set_viewport_size(FIRST_SCREEN)
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    yield page
+    page.close()
+    assert errors == [], errors
+
+
+def _open(page, url: str) -> None:
+    page.goto(url, timeout=120_000)
+    page.wait_for_selector("#run-view .dre-run[data-view=done]", timeout=120_000)
+    page.wait_for_function("() => !document.querySelector('#run-view .dre-plot:not([data-done])')", timeout=30_000)
+
+
+def _in_first_screen(page, selector: str) -> bool:
+    box = page.locator(selector).first.bounding_box()
+    return box is not None and 0 <= box["y"] and box["y"] + min(box["height"], 40) <= FIRST_SCREEN["height"]
+
+
+def test_the_open_run_is_on_the_first_screen_and_run_follows_the_stream(page, app) -> None:
+    _open(page, app.url)
+    assert _in_first_screen(page, "#run-view [data-panel=strip] .dre-tokens .tok")  # the strip, not just its title
+    assert page.locator("#settings").is_visible() and not page.locator("#method-settings").is_visible()
+    # the case's caption is one line above the strip, the rest folded; its "Look at" link highlights the token
+    first = SHELF.first
+    caption = page.locator("#recorded-note .dre-story")
+    assert caption.get_attribute("data-story") == first.key and caption.bounding_box()["height"] <= 40
+    assert not page.locator("#recorded-note .dre-story-paper").is_visible()
+    trigger = next(e for e in SHELF.trace(first.key).events if e.kind == "trigger")
+    page.locator("#recorded-note a.dre-look").click()
+    target = page.locator(f"#run-view .dre-run[data-run='{first.run_id}'] .dre-look-target")
+    target.wait_for(timeout=10_000)
+    assert target.get_attribute("data-i") == str(trigger.payload["token_index"])
+    page.evaluate("window.scrollTo(0, 0)")
+    # the case-study links work from the keyboard (they are links, not a grid that throws)
+    seakr = next(i for i in SHELF.items if i.method == "seakr")
+    link = page.locator(f"#gallery a[data-case='{seakr.key}']")
+    link.focus()
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("Enter")
+    page.wait_for_selector(f"#run-view .dre-run[data-run='{seakr.run_id}']", timeout=30_000)
+    assert "?case=" + seakr.key in page.url and "Recorded run" in page.locator("#recorded-note").inner_text()
+    shot(page, "first-screen-1280x720", None)
+
+    wait_ready(page)
+    page.locator("#gallery a[data-case='dragin-dragin']").click()
+    page.wait_for_selector(f"#run-view .dre-run[data-run='{SHELF.item('dragin-dragin').run_id}']")
+    page.mouse.wheel(0, 2000)  # the reader is further down the page when pressing Run
+    click_run(page)
+    wait_tokens(page)
+    assert _in_first_screen(page, "#run-view .dre-run[data-view=live] .tok"), "the first streamed token is out of view"
+    assert page.locator("#recorded-row").is_hidden()
+    page.locator("#cancel").click()
+    page.wait_for_function("document.querySelector('#run-status').innerText.includes('Cancelled')", timeout=60_000)
+
+
+def _lesson(trace):
+    """What the lesson steps through, read from the recorded DRAGIN run (so it holds if the case is recorded
+    again): its decisions, the token that fired, its retrieval, and a later span whose check kept the text."""
+    steps = decisions.decisions(TraceView(trace))
+    fired = next((e for e in trace.events if e.kind == "trigger"), None)
+    retrieval = next((e for e in trace.events if e.kind == "retrieval"), None)
+    kept = next((e.payload["span"] for e in reversed(trace.events) if e.kind == "check"
+                 and e.payload.get("fired") is None and len(e.payload.get("units") or []) >= 2), None)
+    assert fired and retrieval and kept is not None, "the recorded DRAGIN case no longer fires, retrieves and checks"
+    return steps, fired, retrieval, kept
+
+
+def _forkable_case(model: str) -> tuple[gallery.Item, int, int]:
+    """The first case recorded on ``model`` with a token where a retrieval can be forced, and that token
+    (span, index), read from the shipped traces as the fork menu judges them."""
+    for item in SHELF.items:
+        trace = SHELF.trace(item.key)
+        if (trace.model or {}).get("name") != model:
+            continue
+        for gen in trace.of_kind("generation"):
+            for index in range(1, len(gen.payload.get("tokens") or [])):
+                if any(a.kind == "force_retrieval" and a.ok for a in forking.token_actions(trace, gen.id, index)):
+                    return item, gen.id, index
+    raise AssertionError(f"no recorded case on {model} has a token where a retrieval can be forced")
+
+
+def _force_retrieval(page, query: str) -> None:
+    """In the open token menu: force a retrieval with ``query``."""
+    page.wait_for_selector(f"{MENU} [role=menuitem][data-kind=force_retrieval]:not([disabled])", timeout=30_000)
+    page.locator(f"{MENU} [role=menuitem][data-kind=force_retrieval]").click()
+    page.locator(f"{MENU} .dre-fm-query").fill(query)
+    page.locator(f"{MENU} .dre-fm-go").click()
+
+
+def test_a_scripted_lesson_from_a_case_link_to_a_fork_and_its_comparison_link(page, context, app) -> None:
+    item = SHELF.item("dragin-dragin")
+    steps, fired, retrieval, kept_span = _lesson(SHELF.trace(item.key))
+    _open(page, f"{app.url}?case={item.key}&present=1")
+    assert page.locator("#run-view .dre-run").get_attribute("data-run") == item.run_id
+    # presenting: controls hidden, large type, the bar explains the highlighted decision
+    page.wait_for_selector("body.dre-presenting #dre-presenter:not([hidden])", timeout=10_000)
+    assert page.locator("#run-band").is_hidden() and page.locator("#settings").is_hidden()
+    size = page.evaluate("parseFloat(getComputedStyle(document.querySelector('#run-view .dre-tokens')).fontSize)")
+    assert size >= 20
+    bar = page.locator("#dre-presenter p")
+    assert bar.inner_text().startswith(f"Decision 1 of {len(steps)}: {steps[0].title}")
+    assert page.locator(".dre-current").inner_text().strip() == fired.payload["token"].strip()
+    assert _in_first_screen(page, ".dre-current")
+    page.keyboard.press("ArrowRight")
+    assert bar.inner_text().startswith(f"Decision 2 of {len(steps)}: {steps[1].title}")
+    assert page.locator(".dre-current").get_attribute("data-retrieval") == str(retrieval.id)
+    page.keyboard.press("ArrowLeft")
+    assert bar.inner_text().startswith("Decision 1 of")
+    shot(page, "lesson-presenting", None)
+    # θ changed live while presenting: the recorded decisions are replayed at another threshold
+    set_whatif(page, 0.2)
+    page.wait_for_selector("#run-view .dre-whatif", timeout=30_000)
+    assert "recorded generation" in page.locator("#run-view .dre-whatif").inner_text()
+    assert page.evaluate("document.body.classList.contains('dre-presenting')")
+    page.keyboard.press("Escape")
+    assert page.locator("#run-band").is_visible()
+
+    # a fork of a case recorded on another model than the app's is refused with the model to load
+    wait_ready(page)
+    page.locator(f"#run-view .dre-run[data-run='{item.run_id}'] [data-span~='{kept_span}'] .tok[data-i='1']").click()
+    _force_retrieval(page, "Androscoggin Bank Colisée seating capacity")
+    page.wait_for_selector("#run-fork-status .dre-error", timeout=60_000)
+    refused = page.locator("#run-fork-status .dre-error").inner_text()
+    assert "made with another model" in refused and str(item.model) in refused, refused
+
+    # a fork with a forced retrieval, from a token of a case recorded on the app's model (no rerun of the parent)
+    parent, span, index = _forkable_case(APP_MODEL)
+    page.locator(f"#gallery a[data-case='{parent.key}']").click()
+    page.wait_for_selector(f"#run-view .dre-run[data-run='{parent.run_id}'][data-view=done]", timeout=30_000)
+    page.locator(f"#run-view .dre-run[data-run='{parent.run_id}'] [data-span~='{span}'] .tok[data-i='{index}']").click()
+    _force_retrieval(page, "Androscoggin Bank Colisée seating capacity")
+    page.wait_for_selector("#recorded-row", state="hidden", timeout=10_000)  # a live fork is not "recorded"
+    page.wait_for_function("refused => document.querySelector('#run-view .dre-forkpair') || [...document"
+                           ".querySelectorAll('#run-fork-status .dre-error')].some(e => e.innerText !== refused)",
+                           arg=refused, timeout=240_000)  # the fork, or an error other than the refusal above
+    assert page.locator("#run-view .dre-forkpair").count() == 1, page.locator("#run-fork-status").inner_text()
+    wait_done(page, runs=2)
+    fork = page.locator("#run-view .dre-forkpair .dre-run").nth(1)
+    assert "retrieval forced by a fork" in fork.locator("[data-panel=retrievals]").inner_text()
+    assert "forced by a fork" in fork.locator("[data-panel=decisions] .dre-decisions").text_content()
+    assert "fired by" not in fork.inner_text()
+    href = page.locator("#run-view .dre-linkline a.dre-link").get_attribute("href")
+    child = fork.get_attribute("data-run")
+    assert href == f"?compare={parent.run_id},{child}"
+    assert RunStore(app.db).get(child).fork["parent"] == parent.run_id
+
+    # the comparison link, in a fresh page: both runs, the fork's diff, and it can be presented too
+    fresh = context.new_page()
+    fresh.set_viewport_size(FIRST_SCREEN)
+    try:
+        _open(fresh, app.url + href + "&present=1")
+        # the page opens on the DRAGIN case, then the link's view replaces it
+        fresh.wait_for_selector(f"#run-view .dre-grid .dre-run[data-run='{child}'][data-view=done]", timeout=60_000)
+        assert fresh.locator("#run-view [data-panel=compare]").count() == 1
+        assert fresh.locator("#run-view [data-panel=fork]").count() == 1
+        assert [r.get_attribute("data-run") for r in fresh.locator("#run-view .dre-grid .dre-run").all()] == \
+            [parent.run_id, child]
+        fresh.wait_for_selector("body.dre-presenting #dre-presenter:not([hidden])", timeout=10_000)
+        shot(fresh, "lesson-comparison", None)
+    finally:
+        fresh.close()
+
+
+def test_links_to_a_stored_run_a_fork_and_a_bad_id(page, app) -> None:
+    stored = RunStore(app.db).list(limit=50)
+    fork = next((r for r in stored if r.get("parent_run_id")), None)
+    if fork is None:
+        pytest.skip("needs the fork the lesson test stores")
+    _open(page, f"{app.url}?run={fork['run_id']}")  # a fork is a run: it opens beside its parent
+    assert page.locator("#run-view .dre-forkpair .dre-run").nth(1).get_attribute("data-run") == fork["run_id"]
+    page.goto(f"{app.url}?run=no-such-run")
+    page.wait_for_function("document.querySelector('#run-status')?.innerText.includes('This link opens nothing')",
+                           timeout=60_000)
+    assert "no-such-run" in page.locator("#run-status").inner_text()
+
+
+@pytest.mark.skipif(not AXE.exists(), reason="axe-core is not installed: `make test` runs `npm ci` (needs node/npm)")
+def test_the_main_views_have_no_serious_or_critical_wcag_violations(page, app) -> None:
+    _open(page, app.url)
+    checked = {"DRAGIN case": axe_violations(page)}
+    for key in ("seakr-seakr", "blendfilter-blendfilter", "drrag-drrag"):  # the other papers' panels
+        item = SHELF.item(key)
+        page.locator(f"#gallery a[data-case='{key}']").click()
+        page.wait_for_selector(f"#run-view .dre-run[data-run='{item.run_id}']", timeout=30_000)
+        page.wait_for_function("() => !document.querySelector('#run-view .dre-plot:not([data-done])')")
+        # each with its caption, and DR-RAG beside the one-shot retrieval run its paper contrasts it with
+        assert page.locator("#recorded-note .dre-story").get_attribute("data-story") == key
+        assert [r.get_attribute("data-run") for r in page.locator("#run-view .dre-run").all()] == \
+            [i.run_id for i in SHELF.shown_with(item)]
+        checked[key] = axe_violations(page)
+    page.locator("#gallery a[data-compare]").first.click()  # recorded runs compared
+    page.wait_for_selector("#run-view [data-panel=compare]", timeout=30_000)
+    checked["comparison"] = axe_violations(page)
+    for tab in ("history", "evaluations", "help"):
+        page.locator(f"#tab-{tab}-button").click()
+        page.wait_for_timeout(800)
+        checked[tab] = axe_violations(page)
+    page.locator("#tab-run-button").click()
+    page.locator("#present-toggle").click()
+    page.wait_for_selector("body.dre-presenting")
+    checked["presenting"] = axe_violations(page)
+    assert {k: v for k, v in checked.items() if v} == {}
+
+
+def test_help_links_are_named_apart_and_focus_goes_there_and_back(page, app) -> None:
+    _open(page, app.url)
+    names = page.eval_on_selector_all("#run-view a.dre-help", "links => links.map(a => a.getAttribute('aria-label'))")
+    assert len(names) >= 4 and len(set(names)) == len(names)
+    link = page.locator("#run-view [data-panel=signal] a.dre-help")
+    link.click()
+    page.wait_for_function("() => document.activeElement && document.activeElement.closest('#tab-help') &&"
+                           " document.activeElement.textContent.includes('Decision signal')", timeout=10_000)
+    page.locator("#tab-help a[href='#help-rind']").first.click()  # the glossary, in plain words
+    page.wait_for_function("() => document.activeElement.textContent.includes('trigger score')", timeout=10_000)
+    page.locator("#help-back").click()
+    page.wait_for_function("() => document.activeElement && document.activeElement.matches("
+                           "'#run-view [data-panel=signal] a.dre-help')", timeout=10_000)
+
+
+@pytest.fixture(scope="module")
+def tiny_app(tmp_path_factory):
+    """The app on random:tiny (a real model with random weights): every method runs in seconds."""
+    server = start_app(tmp_path_factory.mktemp("tiny-app"), name="tiny", extra_args=("--model", "random:tiny"))
+    yield server
+    server.stop()
+
+
+def test_every_method_ticked_at_once_runs_from_the_form(context, tiny_app) -> None:
+    page = context.new_page()
+    try:
+        page.goto(tiny_app.url, timeout=120_000)
+        wait_ready(page)
+        methods = method_names()
+        set_methods(page, methods)
+        open_settings(page, "seakr")
+        assert page.locator("#param-seakr-layer :is(input, textarea)").input_value() == ""  # int | None: empty
+        for method in methods:  # only the lengths are shortened; every other control is left as it is
+            open_settings(page, method)
+            page.locator(f"#param-{method}-max_length input").fill("8")
+            page.locator(f"#param-{method}-answer_tokens input").fill("2")
+        for name, value in (("k", 2), ("max_steps", 1)):
+            open_settings(page, "seakr")
+            page.locator(f"#param-seakr-{name} input").fill(str(value))
+        click_run(page)
+        wait_done(page, runs=len(methods), timeout=300_000)
+        runs = page.locator("#run-view .dre-run")
+        assert runs.count() == len(methods) and page.locator("#run-view .dre-refused").count() == 0
+        assert [r.get_attribute("data-method") for r in runs.all()] == methods
+        assert {r.get_attribute("data-status") for r in runs.all()} == {"complete"}
+        assert f"Done: {len(methods)} run(s) stored" in page.locator("#run-status").inner_text()
+    finally:
+        page.close()
