@@ -115,6 +115,29 @@ def _retargeter(corpus: str):
     return retarget
 
 
+def _reopener(corpus: str, attn: str):
+    """A recorded run's model opened beside the app's when it is an embedded model already fetched (so a
+    case study recorded on Gemma-3-270M forks on a SmolLM2 app); the same runtime for every other model."""
+    def reopen(runtime: Any, recorded: dict[str, Any]) -> Any:
+        from explorer.engine.embedded import embedded_spec, is_fetched
+        from explorer.runtime import open_engine, runtime_for
+
+        have = runtime.engine.fingerprint()
+        source = str(recorded.get("source") or "")
+        if not source or (source == have.get("source") and recorded.get("name") == have.get("name")):
+            return runtime
+        model = embedded_spec(source)
+        if model is None or not is_fetched(model):
+            return runtime  # the fork's check refuses it and names the model to load
+        engine = open_engine(source, dtype=str(recorded.get("dtype") or "float32"),
+                             device=str(have.get("device") or "cpu"), attn=attn)
+        current = runtime.corpus.get("retriever_config") or {"kind": runtime.corpus.get("retriever", "bm25")}
+        return runtime_for(engine, corpus, retriever=current.get("kind") or "bm25",
+                           embedder=current.get("embedder") or None)
+
+    return reopen
+
+
 def _runtime_holder(settings: AppSettings, start: Any, opening: str | None, gate: RunGate) -> RuntimeHolder:
     """The model and index, loaded in the background from server start, then warmed up on the opening question."""
     from explorer.runtime import open_runtime
@@ -185,7 +208,8 @@ def build_app(settings: AppSettings) -> gr.Blocks:
     opening = questions.find(questions.CASES, f"demo:{shelf.first.question_id}") if shelf.first else None
     gate = RunGate(settings.concurrent_runs or None)
     holder = _runtime_holder(settings, start_choice, opening.question if opening is not None else None, gate)
-    controller = RunController(store, holder, retarget=_retargeter(settings.corpus), gate=gate)
+    controller = RunController(store, holder, retarget=_retargeter(settings.corpus), gate=gate,
+                               reopen=_reopener(settings.corpus, settings.attn))
     cache = TraceCache(store)
     model_name = controls.model_name(settings.model)
     head = head_html()

@@ -185,13 +185,16 @@ class RunController:
 
     def __init__(self, store: RunStore, runtime: RuntimeHolder,
                  retarget: Callable[[Runtime, str, str | None], Runtime] | None = None,
-                 gate: RunGate | None = None) -> None:
+                 gate: RunGate | None = None,
+                 reopen: Callable[[Runtime, dict[str, Any]], Runtime] | None = None) -> None:
         self.store = store
         self.runtime = runtime
         #: Who uses the model when: runs at once, the line behind them, the cap per client.
         self.gate = gate or RunGate()
         # (loaded runtime, retriever kind, embedder) -> the same engine over another retriever of the corpus
         self.retarget = retarget
+        # (loaded runtime, a recorded run's model facts) -> a runtime on that model, where the app can open it
+        self.reopen = reopen
         self._cancels: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
 
@@ -291,8 +294,14 @@ class RunController:
 
     # -- forks ----------------------------------------------------------------------------------------
     def fork_runtime(self, parent: Trace) -> Runtime:
-        """The loaded runtime, joined to the retriever the parent searched with when it is another of the corpus."""
+        """The loaded runtime, joined to the retriever the parent searched with when it is another of the corpus.
+
+        A run recorded on another model the app can open itself (the other embedded model: the case
+        studies are recorded on whichever tells the story better) is forked on that model, opened
+        once and kept beside the app's; any other model is left to the fork's own check, which names it."""
         runtime = self.runtime.get()
+        if self.reopen is not None:
+            runtime = self.reopen(runtime, dict(parent.model or {}))
         recorded = (parent.corpus or {}).get("retriever_config") if isinstance(parent.corpus, dict) else None
         if isinstance(recorded, dict) and recorded.get("kind") and self.retarget is not None:
             runtime = self.retarget(runtime, str(recorded["kind"]), recorded.get("embedder") or None)
