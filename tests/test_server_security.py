@@ -388,3 +388,21 @@ def test_a_plain_http_call_that_leaves_optional_values_out_gets_their_defaults()
     assert pad(json.dumps({"data": []}).encode(), defaults) is None  # the question has no default: Gradio refuses
     assert pad(json.dumps({"data": ["Q?", "wo", "", "{}", "k"]}).encode(), defaults) is None  # complete already
     assert pad(b"[" * 50_000, defaults) is None and pad(b"not json", defaults) is None  # the endpoint says why
+
+
+def test_the_server_takes_a_thread_count_or_auto_and_refuses_anything_else(capsys) -> None:
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        assert server.parse_args(["--threads", "1"]).threads == 1
+        assert server.apply_server_threads(1) == "1 torch thread (--threads)" and torch.get_num_threads() == 1
+        assert server.parse_args(["--threads", "auto"]).threads == "auto"
+        assert "cores, load" in server.apply_server_threads("auto")
+        assert server.parse_args([]).threads is None and server.apply_server_threads(None) is None
+        for bad in ("0", "many"):
+            with pytest.raises(SystemExit):
+                server.parse_args(["--threads", bad])
+            assert "--threads" in capsys.readouterr().err
+    finally:
+        torch.set_num_threads(before)

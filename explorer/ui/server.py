@@ -135,8 +135,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--concurrent-runs", type=int, default=0, metavar="N",
                         help="runs using the model at once, their tokens decoded as one batch; later callers wait "
                              "in line and are told their place (env EXPLORER_CONCURRENT_RUNS; default 4)")
+    parser.add_argument("--threads", type=_threads, default=os.environ.get("EXPLORER_THREADS") or None,
+                        metavar="N|auto",
+                        help="torch threads for the model (env EXPLORER_THREADS; default: torch's own, one per core; "
+                             "auto: the cores free when the server starts, as the commands choose)")
     parser.add_argument("--quiet", action="store_true", help="print less at start")
     return parser.parse_args(argv)
+
+
+def _threads(text: str) -> int | str:
+    """``--threads``: a count, or ``auto``; a server runs for hours, so unlike the commands it does not
+    choose from the load of the moment it starts unless asked to."""
+    from explorer.cli import _thread_count
+
+    return _thread_count(text) or "auto"
+
+
+def apply_server_threads(value: int | str | None) -> str | None:
+    """Set torch's thread count for the server (``None``: leave torch's default); what was chosen, to print."""
+    if value is None:
+        return None
+    from explorer.threads import apply_threads
+
+    return apply_threads(None if value == "auto" else int(value)).describe()
 
 
 def parse_auth(text: str | None) -> tuple[str, str] | None:
@@ -215,6 +236,9 @@ def main(argv: list[str] | None = None) -> int:
             raise ExplorerError(f"--concurrent-runs must be at least 1, got {args.concurrent_runs}",
                                 where="--concurrent-runs", fix="give e.g. --concurrent-runs 4, or leave it out")
         check_model_offline(args.model)
+        threads = apply_server_threads(args.threads)
+        if threads and not args.quiet:
+            print(f"model threads: {threads}", flush=True)
         warning = exposure_warning(args.host, auth)
         if warning:
             print(warning, file=sys.stderr, flush=True)
