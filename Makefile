@@ -11,6 +11,10 @@ STAMP := $(VENV)/.installed
 EDITABLE := $(VENV)/.editable
 # The test suite keeps its caches (converted model, indexes) inside the checkout.
 TEST_ENV := EXPLORER_CACHE=$(CURDIR)/.cache HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+# Two pytest workers, one torch thread each, a test file per worker at a time (files share their
+# fixtures: one app, one browser). TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 2
+TEST_PARALLEL := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 .PHONY: install run test test-fast lint bench model test-model browser axe gallery clean
 
@@ -61,10 +65,10 @@ run: install model gallery
 
 test: install test-model browser axe
 	$(PY) -m ruff check .
-	$(TEST_ENV) $(PY) -m pytest -q --durations=25
+	$(TEST_ENV) OMP_NUM_THREADS=1 $(PY) -m pytest -q --durations=25 $(TEST_PARALLEL)
 
 test-fast: install test-model
-	$(TEST_ENV) $(PY) -m pytest -q -m "not slow and not browser"
+	$(TEST_ENV) OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not slow and not browser" $(TEST_PARALLEL)
 
 lint: install
 	$(PY) -m ruff check .

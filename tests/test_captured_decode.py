@@ -40,6 +40,7 @@ def recorder() -> TraceRecorder:
 @pytest.mark.skipif(compile_unavailable() is not None, reason=str(compile_unavailable()))
 def test_the_compiled_step_gives_the_loops_tokens_signals_attention_and_hidden_state(tiny_lm, monkeypatch) -> None:
     monkeypatch.setenv("EXPLORER_COMPILE_BACKEND", "aot_eager")
+    torch._dynamo.reset()  # the recompile limit counts per process: other tests' graphs must not use it up
     engine = Engine(tiny_lm)
     alone = engine.generate(PROMPT, max_new_tokens=12, attention=True, hidden=HiddenSpec(), ignore_eos=True)
     batcher = batching.enable(engine, mode="compile")

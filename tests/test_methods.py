@@ -241,7 +241,7 @@ def test_run_command_prints_the_story_and_writes_the_trace(tmp_path: Path) -> No
                            "--set", "max_length=32", "--json", str(out)],
                           capture_output=True, text=True, timeout=600, cwd=Path(__file__).resolve().parent.parent)
     assert proc.returncode == 0, proc.stderr
-    assert "? query (question)" in proc.stdout and "Answer:" in proc.stdout
+    assert "? query 0 (question)" in proc.stdout and "Answer:" in proc.stdout
     trace = Trace.from_json(out.read_text())
     assert trace.method == "sr" and trace.question == SAVILLE
     bad = subprocess.run([sys.executable, "-m", "explorer", "run", "--method", "dragin", "--question", SAVILLE,

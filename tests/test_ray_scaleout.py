@@ -324,7 +324,7 @@ def test_random_model_specs_are_checked() -> None:
 
     assert parse_random_spec("random:tiny") == ("tiny", None) and parse_random_spec("random:1b:4") == ("1b", 4)
     for bad in ("random:2b", "random:tiny:x"):
-        with pytest.raises(ModelError, match="random:tiny\\[:SEED\\] or random:1b\\[:LAYERS\\]"):
+        with pytest.raises(ModelError, match="random:tiny\\[:SEED\\], random:1b\\[:LAYERS\\] or random:8b"):
             parse_random_spec(bad)
 
 

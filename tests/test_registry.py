@@ -155,7 +155,9 @@ def test_cli_retrieve_json_and_k() -> None:
 def test_cli_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
     result = run_cli("retrieve", "--corpus", str(tmp_path / "missing.jsonl"), "query")
     assert result.returncode == 1
-    assert result.stderr.strip().startswith("error:") and "Traceback" not in result.stderr
+    # A busy machine adds one line first, the thread count chosen for it; the error itself is one line.
+    lines = [line for line in result.stderr.strip().splitlines() if "torch thread" not in line]
+    assert len(lines) == 1 and lines[0].startswith("error:") and "Traceback" not in result.stderr
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "1", "text": "ok"}\n{"id": 2\n', encoding="utf-8")
     result = run_cli("corpus", "info", str(bad))

@@ -390,8 +390,11 @@ def test_a_plain_http_call_that_leaves_optional_values_out_gets_their_defaults()
     assert pad(b"[" * 50_000, defaults) is None and pad(b"not json", defaults) is None  # the endpoint says why
 
 
-def test_the_server_takes_a_thread_count_or_auto_and_refuses_anything_else(capsys) -> None:
+def test_the_server_takes_a_thread_count_or_auto_and_refuses_anything_else(capsys, monkeypatch) -> None:
     import torch
+
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # "auto" chooses only where the environment has not
+        monkeypatch.delenv(name, raising=False)
 
     before = torch.get_num_threads()
     try:
