@@ -210,3 +210,25 @@ def progress_bar(total: int | None, desc: str, unit: str, *, enabled: bool, init
 
     return tqdm(total=total, initial=initial, desc=desc, unit=unit, unit_scale=scale, disable=not enabled,
                 leave=False, delay=0.5, smoothing=0.05, mininterval=0.5)
+
+
+def prune_abandoned_builds(final: Path, prefix: str) -> None:
+    """Remove interrupted builds beside ``final`` whose name starts with ``prefix`` (earlier contents of
+    the same source) unless a live process holds their lock; ``final``'s own build is kept to resume."""
+    own = f".building-{final.name}"
+    for other in final.parent.glob(f".building-{prefix}*"):
+        if other.name == own or not other.is_dir():
+            continue
+        try:
+            fd = os.open(other / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue  # being built right now
+        try:
+            shutil.rmtree(other, ignore_errors=True)
+        finally:
+            os.close(fd)

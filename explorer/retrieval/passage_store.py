@@ -52,6 +52,7 @@ from explorer.retrieval.building import (
     human_bytes,
     peak_rss_bytes,
     progress_bar,
+    prune_abandoned_builds,
     read_json,
     write_json_atomic,
 )
@@ -314,10 +315,7 @@ def build_store(final: Path, key: str, documents: Callable[[], Iterator[Document
 
 def _prune_other_builds(final: Path) -> None:
     """Interrupted builds of earlier contents of the same source (same name prefix, other key) are dead."""
-    prefix = final.name.rsplit("-", 1)[0]
-    for other in final.parent.glob(f".building-{prefix}-*"):
-        if other.name != f".building-{final.name}" and other.is_dir():
-            shutil.rmtree(other, ignore_errors=True)
+    prune_abandoned_builds(final, final.name.rsplit("-", 1)[0] + "-")
 
 
 def _rehash(path: Path, size: int) -> Any:

@@ -1,0 +1,790 @@
+"""BM25 on disk: a streaming, resumable build with bounded memory, and exact top-k search over memory maps.
+
+The index holds, for every term, the BM25 contribution of every passage that contains it (the
+precomputed sparse score matrix bm25s builds in memory), laid out term-major in files that a
+search reads through memory maps:
+
+===================  ==============================================================================
+indptr.i64           V + 1 offsets: term t's postings are rows [indptr[t], indptr[t+1])
+post_docs.i32        the passages (corpus rows) of every posting, ascending within a term
+post_scores.f32      idf(t) * tf(t, d) / (tf(t, d) + k1 (1 - b + b |d| / avgdl)), as float32
+term_max.f32         the largest contribution of each term (what lets a search skip long lists)
+vocab.bin            the terms in sorted order (UTF-8), with vocab_offsets.i64 ...
+vocab_ids.i32        ... and the term id of each, for a binary search from a query term
+manifest.json        counts, parameters, the content fingerprint; written last
+===================  ==============================================================================
+
+**The build** streams the passage store twice and never holds the corpus:
+
+1. *Terms.* Chunks of passages (sized from the memory budget) are analysed exactly as
+   :class:`~explorer.retrieval.tokenizer.Tokenizer` analyses a query: a whole batch is folded
+   and lower-cased as one string and split by one regular expression, every distinct word is
+   stemmed once (a word -> term id dictionary), and the chunk's (term, passage, tf) triples are
+   written to disk sorted by term, with the passages' lengths. A finished chunk is a checkpoint.
+2. *Postings.* Term-id ranges holding at most as many postings as the budget allows are
+   gathered from every chunk, scored (with the document frequencies and average length now
+   known) and written to their place in the preallocated posting files. A finished range is a
+   checkpoint.
+
+Every number is computed the way bm25s 0.3.16 computes it (idf in Python floats stored as
+float32, the length normalisation in float64, contributions rounded to float32, per-query sums
+in float32 in query-term order), so the on-disk index returns the same scores, bit for bit, and
+the same top-k as the in-memory bm25s index it replaces (tests/test_bm25_scale.py checks this
+on the benchmark pool).
+
+**A search** reads only the posting lists of the query's terms and is exact. Terms are visited
+from the highest possible contribution down; once the k-th best exact score found so far exceeds
+what any passage made only of the terms not yet visited could reach, the rest are never read
+(the MaxScore bound). Passages met in a list are kept only if their contribution there plus the
+bound of the unvisited terms can still reach the k-th score, and the survivors are scored
+exactly over all query terms. Ties at the k-th score go to the lowest corpus position, as before.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import itertools
+import json
+import math
+import mmap
+import re
+import shutil
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from explorer.errors import CorpusError
+from explorer.retrieval.building import (
+    MIB,
+    BuildFolder,
+    MemoryLedger,
+    check_disk,
+    folder_bytes,
+    human_bytes,
+    peak_rss_bytes,
+    progress_bar,
+    read_json,
+    write_json_atomic,
+)
+from explorer.retrieval.passage_store import FIELD, PassageStore
+from explorer.retrieval.tokenizer import Tokenizer, fold
+
+Progress = Callable[[str], None]
+INDEX_VERSION = 2
+ENGINE = f"explorer on-disk BM25 {INDEX_VERSION}"
+MANIFEST_FILE = "manifest.json"
+INDPTR_FILE = "indptr.i64"
+DOCS_FILE = "post_docs.i32"
+SCORES_FILE = "post_scores.f32"
+TERM_MAX_FILE = "term_max.f32"
+VOCAB_FILE = "vocab.bin"
+VOCAB_OFFSETS_FILE = "vocab_offsets.i64"
+VOCAB_IDS_FILE = "vocab_ids.i32"
+INDEX_FILES = {MANIFEST_FILE, INDPTR_FILE, DOCS_FILE, SCORES_FILE, TERM_MAX_FILE, VOCAB_FILE, VOCAB_OFFSETS_FILE,
+               VOCAB_IDS_FILE}
+CHUNKS = "chunks"
+DEFAULT_MEMORY_BUDGET = 2 << 30
+MIN_MEMORY_BUDGET = 16 * MIB
+BATCH_PASSAGES = 4096  # passages analysed as one string
+BYTES_PER_TOKEN = 40  # pass 1: a token's arrays while a chunk's pairs are counted
+BYTES_PER_POSTING = 56  # pass 2: a posting's arrays while a range is sorted and scored
+BYTES_PER_CHAR = 16  # a batch's text as strings, the folded and lower-cased copies, and the list of its words
+SENTINEL = "Q"  # marks passage boundaries in a lower-cased batch: lower-casing leaves no upper-case letter
+EPSILON = 1e-4  # slack on score bounds for float32 rounding of sums
+FULL_SCORING_UP_TO = 1 << 20  # passages up to which a search scores every passage (one array, no bounds)
+_WORD = re.compile(r"\w+")
+
+
+def _fix_rebuild(folder: Path) -> str:
+    return (f"delete the folder {folder} and search again to rebuild it (python -m explorer corpus index CORPUS "
+            "builds it with a progress bar and resumes after an interruption)")
+
+
+# --- analysis: passages to term ids ---------------------------------------------------------------
+
+
+class Vocabulary:
+    """Term ids in order of first appearance, and a cache of each raw word's term id (-1: not indexed)."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.term_ids: dict[str, int] = {}
+        self.terms: list[str] = []
+        self.word_ids: dict[str, int] = {SENTINEL: -3}
+        self._text_bytes = 0  # characters of the words and terms held (for the memory estimate)
+
+    def add_terms(self, terms: Sequence[str]) -> None:
+        for term in terms:
+            self.term_ids[term] = len(self.terms)
+            self.terms.append(term)
+            self._text_bytes += len(term)
+
+    def estimated_bytes(self) -> int:
+        """Python objects: ~100 bytes per dict entry and string header, plus the characters."""
+        return (len(self.word_ids) + len(self.term_ids)) * 100 + len(self.terms) * 36 + 2 * self._text_bytes
+
+    def map_words(self, words: list[str], new_terms: list[str]) -> np.ndarray:
+        """Term ids of ``words`` (-1 not indexed, -3 the sentinel); new terms get the next ids in order."""
+        ids = np.fromiter(map(self.word_ids.get, words, itertools.repeat(-2)), dtype=np.int32, count=len(words))
+        unseen = np.flatnonzero(ids == -2)
+        if len(unseen):
+            word_ids, term_ids, term_of = self.word_ids, self.term_ids, self.tokenizer.term
+            for at in unseen.tolist():
+                word = words[at]
+                tid = word_ids.get(word)
+                if tid is None:
+                    term = term_of(word)
+                    if term:
+                        tid = term_ids.get(term)
+                        if tid is None:
+                            tid = term_ids[term] = len(self.terms)
+                            self.terms.append(term)
+                            new_terms.append(term)
+                            self._text_bytes += len(term)
+                    else:
+                        tid = -1
+                    word_ids[word] = tid
+                    self._text_bytes += len(word)
+                ids[at] = tid
+        return ids
+
+
+def analyse_batch(texts: list[str], vocab: Vocabulary, new_terms: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(term ids, passage of each) for a batch of indexed texts, as ``Tokenizer.terms`` gives them one by one.
+
+    The batch is folded and lower-cased as one string (both are per character, and the separator
+    is a control character that neither changes nor joins), then split by one ``findall`` with
+    an upper-case sentinel word between passages."""
+    settings = vocab.tokenizer.settings
+    joined = "\x00".join(texts)
+    if not settings.lowercase or joined.count("\x00") != len(texts) - 1:
+        return _analyse_one_by_one(texts, vocab, new_terms)
+    if settings.fold_accents and not joined.isascii():
+        joined = fold(joined)
+    joined = joined.lower().replace("\x00", f" {SENTINEL} ")
+    ids = vocab.map_words(_WORD.findall(joined), new_terms)
+    boundary = ids == -3
+    passage_of = np.cumsum(boundary, dtype=np.int32)
+    keep = ids >= 0
+    return ids[keep], passage_of[keep]
+
+
+def _analyse_one_by_one(texts: list[str], vocab: Vocabulary, new_terms: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    words_of = vocab.tokenizer.words
+    all_ids, all_rows = [], []
+    for row, text in enumerate(texts):
+        ids = vocab.map_words([w for w in words_of(text) if w != SENTINEL] or [], new_terms)
+        ids = ids[ids >= 0]
+        all_ids.append(ids)
+        all_rows.append(np.full(len(ids), row, dtype=np.int32))
+    if not all_ids:
+        return np.zeros(0, np.int32), np.zeros(0, np.int32)
+    return np.concatenate(all_ids), np.concatenate(all_rows)
+
+
+def indexed_text(record: str) -> str:
+    """What BM25 indexes of a store record ``id\\x1ftitle\\x1ftext``: the title, a space, the text."""
+    _, title, text = record.split(FIELD, 2)
+    return f"{title} {text}"
+
+
+# --- scoring, exactly as bm25s computes it ---------------------------------------------------------
+
+
+def idf_of(method: str, df: int, n: int) -> float:
+    """bm25s's idf for each variant, in Python floats (math.log), as its index build computes it."""
+    if method == "lucene":
+        return math.log(1 + (n - df + 0.5) / (df + 0.5))
+    if method == "robertson":
+        inner = (n - df + 0.5) / (df + 0.5)
+        return math.log(1 if inner < 1 else inner)
+    if method == "atire":
+        return math.log(n / df)
+    raise ValueError(f"unknown BM25 variant {method!r}")
+
+
+def contributions(method: str, idf32: np.ndarray, tf: np.ndarray, doc_len: np.ndarray, avgdl: np.float64,
+                  k1: float, b: float) -> np.ndarray:
+    """float32 contributions idf * tfc with bm25s's operations and dtypes (tf as float32, |d| in float64)."""
+    tf32 = tf.astype(np.float32)
+    length = doc_len.astype(np.float64)
+    if method in ("lucene", "robertson"):
+        tfc = tf32 / (k1 * ((1 - b) + b * length / avgdl) + tf32)
+    elif method == "atire":
+        tfc = (tf32 * np.float32(k1 + 1)) / (tf32 + k1 * (1 - b + b * length / avgdl))
+    else:
+        raise ValueError(f"unknown BM25 variant {method!r}")
+    return (idf32 * tfc).astype(np.float32)
+
+
+# --- the build ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    """What shapes the index (part of its key) and how the build may use the machine (not part of it)."""
+
+    method: str
+    k1: float
+    b: float
+    memory_budget: int = DEFAULT_MEMORY_BUDGET
+
+
+def _chunk_passages(store: PassageStore, budget: int) -> int:
+    words = store.manifest.get("words") or {}
+    tokens = float(words.get("mean") or 100) + 4  # the title's words
+    return max(1024, int(budget * 0.4 / (tokens * BYTES_PER_TOKEN)))
+
+
+def estimated_disk_bytes(store: PassageStore) -> int:
+    """Bytes the build needs at its peak: the chunk files plus the postings (distinct terms ~ 0.8 of the words)."""
+    words = store.manifest.get("words") or {}
+    tokens = int(words.get("total") or store.record_bytes // 6) + 4 * len(store)
+    postings = int(tokens * 0.8)
+    return postings * (10 + 8) + 12 * len(store) + 64 * MIB
+
+
+class BM25IndexBuild:
+    """One build of the index of ``store`` into ``final`` (resumed from its work folder if interrupted)."""
+
+    def __init__(self, final: Path, store: PassageStore, tokenizer: Tokenizer, settings: BuildSettings, *,
+                 key: str, meta: dict[str, Any], progress: Progress | None = None) -> None:
+        if settings.memory_budget < MIN_MEMORY_BUDGET:
+            raise CorpusError(f"a memory budget of {human_bytes(settings.memory_budget)} is too small to build an "
+                              "index", where="memory budget", fix=f"give at least {human_bytes(MIN_MEMORY_BUDGET)}")
+        self.final = final
+        self.store = store
+        self.tokenizer = tokenizer
+        self.settings = settings
+        self.key = key
+        self.meta = meta
+        self.progress = progress
+        self.folder = BuildFolder(final, "BM25 index")
+        self.ledger = MemoryLedger(settings.memory_budget)
+        self.n = len(store)
+        chars = store.record_bytes / max(1, len(store))
+        self.batch = int(min(BATCH_PASSAGES, max(64, settings.memory_budget * 0.15 / (chars * BYTES_PER_CHAR))))
+
+    def _say(self, message: str) -> None:
+        if self.progress:
+            self.progress(message)
+
+    def run(self) -> None:
+        started = time.perf_counter()
+        folder = self.folder
+        with folder.locked(wait_message=self.progress):
+            if (self.final / MANIFEST_FILE).is_file():
+                return  # built by the process we waited for
+            state = folder.checkpoint()
+            if state.get("key") != self.key:
+                folder.reset()
+                state = {"key": self.key, "chunk_passages": _chunk_passages(self.store, self.settings.memory_budget)}
+                check_disk(folder.work, estimated_disk_bytes(self.store), "BM25 index")
+                folder.save_checkpoint(state)
+            else:
+                check_disk(folder.work, estimated_disk_bytes(self.store), "BM25 index",
+                           already=folder_bytes(folder.work))
+            resumed = bool(state.get("chunks_done") or state.get("ranges_done"))
+            vocab, df, total_tokens = self._terms(state)
+            self._postings(state, vocab, df, total_tokens)
+            self._finish(state, vocab, df, total_tokens, seconds=time.perf_counter() - started, resumed=resumed)
+            folder.finish(keep=INDEX_FILES)
+
+    # --- pass 1 -------------------------------------------------------------------------------
+
+    def _chunk_dir(self, c: int) -> Path:
+        return self.folder.work / CHUNKS / f"{c:06d}"
+
+    def _terms(self, state: dict[str, Any]) -> tuple[Vocabulary, np.ndarray, int]:
+        size = int(state["chunk_passages"])
+        count = -(-self.n // size)
+        vocab = Vocabulary(self.tokenizer)
+        df = np.zeros(0, dtype=np.int64)
+        total_tokens = 0
+        done = 0
+        (self.folder.work / CHUNKS).mkdir(exist_ok=True)
+        while done < count and (self._chunk_dir(done) / "meta.json").is_file():  # finished chunks, read back
+            meta = read_json(self._chunk_dir(done) / "meta.json") or {}
+            new_terms = (self._chunk_dir(done) / "new_terms.txt").read_text(encoding="utf-8").split("\n")
+            vocab.add_terms(new_terms[: int(meta.get("new_terms", 0))])
+            terms = np.fromfile(self._chunk_dir(done) / "terms.i32", dtype=np.int32)
+            df = _add_counts(df, terms, len(vocab.terms))
+            total_tokens += int(meta["tokens"])
+            done += 1
+        if done:
+            self._say(f"resuming the BM25 index of {self.meta.get('name')} after {done} of {count} chunks")
+        elif self.progress:
+            self._say(f"building the BM25 index of {self.meta.get('name')} ({self.n:,} passages, {count} chunks of "
+                      f"{size:,})")
+        self.ledger.hold("vocabulary", vocab.estimated_bytes())
+        bar = progress_bar(self.n, "BM25 terms", " passages", enabled=self.progress is not None,
+                           initial=min(self.n, done * size))
+        try:
+            for c in range(done, count):
+                start, stop = c * size, min(self.n, (c + 1) * size)
+                tokens, df = self._write_chunk(c, start, stop, vocab, df, bar)
+                total_tokens += tokens
+                state["chunks_done"] = c + 1
+                self.folder.save_checkpoint(state)
+        finally:
+            bar.close()
+        return vocab, df, total_tokens
+
+    def _write_chunk(self, c: int, start: int, stop: int, vocab: Vocabulary, df: np.ndarray,
+                     bar: Any) -> tuple[int, np.ndarray]:
+        new_terms: list[str] = []
+        term_parts, row_parts = [], []
+        for batch in range(start, stop, self.batch):
+            end = min(stop, batch + self.batch)
+            records = self.store.records_text(batch, end)
+            texts = [indexed_text(r) for r in records]
+            self.ledger.hold("batch", sum(map(len, texts)) * BYTES_PER_CHAR)  # the strings and their word lists
+            ids, rows = analyse_batch(texts, vocab, new_terms)
+            term_parts.append(ids)
+            row_parts.append(rows + np.int32(batch - start))
+            self.ledger.hold_arrays("chunk tokens", *term_parts, *row_parts)
+            bar.update(end - batch)
+        self.ledger.drop("batch")
+        self.ledger.hold("vocabulary", vocab.estimated_bytes())
+        terms = np.concatenate(term_parts) if term_parts else np.zeros(0, np.int32)
+        rows = np.concatenate(row_parts) if row_parts else np.zeros(0, np.int32)
+        del term_parts, row_parts
+        lengths = np.bincount(rows, minlength=stop - start).astype(np.int32)
+        keys = (terms.astype(np.int64) << 32) | rows.astype(np.int64)
+        self.ledger.hold_arrays("chunk tokens", terms, rows, keys, keys)  # np.unique sorts a copy
+        del terms, rows
+        pairs, tf = np.unique(keys, return_counts=True)
+        del keys
+        pair_terms = (pairs >> 32).astype(np.int32)
+        pair_rows = (pairs & 0xFFFFFFFF).astype(np.uint32 if stop - start > 65535 else np.uint16)
+        pair_tf = tf.astype(np.uint16 if tf.max(initial=0) <= 65535 else np.uint32)
+        self.ledger.hold_arrays("chunk pairs", pairs, tf, pair_terms, pair_rows, pair_tf)
+        tmp = self.folder.work / CHUNKS / f".tmp-{c:06d}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        pair_terms.tofile(tmp / "terms.i32")
+        pair_rows.tofile(tmp / "rows.bin")
+        pair_tf.tofile(tmp / "tf.bin")
+        lengths.tofile(tmp / "lengths.i32")
+        (tmp / "new_terms.txt").write_text("\n".join(new_terms), encoding="utf-8")
+        write_json_atomic(tmp / "meta.json", {"passages": stop - start, "pairs": len(pair_terms),
+                                              "tokens": int(lengths.sum(dtype=np.int64)),
+                                              "rows_dtype": pair_rows.dtype.name, "tf_dtype": pair_tf.dtype.name,
+                                              "new_terms": len(new_terms)})
+        target = self._chunk_dir(c)
+        shutil.rmtree(target, ignore_errors=True)
+        tmp.rename(target)  # the chunk exists whole or not at all
+        df = _add_counts(df, pair_terms, len(vocab.terms))
+        self.ledger.hold("document frequencies", df.nbytes)
+        self.ledger.drop("chunk tokens", "chunk pairs")
+        return int(lengths.sum(dtype=np.int64)), df
+
+    # --- pass 2 -------------------------------------------------------------------------------
+
+    def _ranges(self, df: np.ndarray) -> list[tuple[int, int]]:
+        """Term-id ranges of at most the budget's postings each (a single longer term is a range of its own)."""
+        spare = self.settings.memory_budget - self.ledger.current
+        most = max(1, int(max(spare, self.settings.memory_budget // 4) // BYTES_PER_POSTING))
+        ranges, start, held = [], 0, 0
+        for t, count in enumerate(df.tolist()):
+            if held and held + count > most:
+                ranges.append((start, t))
+                start, held = t, 0
+            held += count
+        if start < len(df):
+            ranges.append((start, len(df)))
+        return ranges
+
+    def _postings(self, state: dict[str, Any], vocab: Vocabulary, df: np.ndarray, total_tokens: int) -> None:
+        work = self.folder.work
+        v = len(vocab.terms)
+        if v == 0:
+            raise CorpusError("no passage has a searchable word (only stopwords, punctuation or single letters)",
+                              where=str(self.meta.get("source", "")), fix="add passages with real text")
+        indptr = np.zeros(v + 1, dtype=np.int64)
+        np.cumsum(df, out=indptr[1:])
+        total = int(indptr[-1])
+        if not (work / INDPTR_FILE).is_file() or (work / INDPTR_FILE).stat().st_size != indptr.nbytes:
+            indptr.tofile(work / INDPTR_FILE)
+        docs_out = _open_output(work / DOCS_FILE, np.int32, total)
+        scores_out = _open_output(work / SCORES_FILE, np.float32, total)
+        max_out = _open_output(work / TERM_MAX_FILE, np.float32, v)
+        ranges = [(int(a), int(z)) for a, z in state.get("ranges") or self._ranges(df)]
+        state["ranges"] = [list(r) for r in ranges]
+        done = set(state.get("ranges_done") or [])
+        chunk_count = int(state["chunks_done"])
+        chunks = [self._open_chunk(c, int(state["chunk_passages"])) for c in range(chunk_count)]
+        lengths = np.concatenate([c["lengths"] for c in chunks]) if chunks else np.zeros(0, np.int32)
+        self.ledger.hold("passage lengths", lengths.nbytes)
+        avgdl = np.float64(total_tokens) / self.n
+        method, k1, b = self.settings.method, self.settings.k1, self.settings.b
+        idf_cache: dict[int, np.float32] = {}
+        bar = progress_bar(total, "BM25 postings", " postings", enabled=self.progress is not None,
+                           initial=sum(int(indptr[r[1]] - indptr[r[0]]) for i, r in enumerate(ranges) if i in done))
+        try:
+            for i, (t0, t1) in enumerate(ranges):
+                if i in done:
+                    continue
+                parts_t, parts_d, parts_f = [], [], []
+                for chunk in chunks:
+                    lo, hi = np.searchsorted(chunk["terms"], [t0, t1])
+                    if hi > lo:
+                        parts_t.append(chunk["terms"][lo:hi])
+                        parts_d.append(chunk["rows"][lo:hi].astype(np.int32) + np.int32(chunk["base"]))
+                        parts_f.append(chunk["tf"][lo:hi])
+                terms = np.concatenate(parts_t) if parts_t else np.zeros(0, np.int32)
+                docs = np.concatenate(parts_d) if parts_d else np.zeros(0, np.int32)
+                tf = np.concatenate(parts_f) if parts_f else np.zeros(0, np.uint16)
+                del parts_t, parts_d, parts_f
+                order = np.argsort(terms, kind="stable")  # each chunk's slice is sorted by (term, row)
+                terms, docs, tf = terms[order], docs[order], tf[order]
+                del order
+                counts = df[t0:t1]
+                idf32 = np.array([idf_cache.setdefault(int(c), np.float32(idf_of(method, int(c), self.n)))
+                                  for c in counts.tolist()], dtype=np.float32)
+                self.ledger.hold("range", len(terms) * BYTES_PER_POSTING)  # sorted copies and float64 temporaries
+                scores = contributions(method, np.repeat(idf32, counts), tf, lengths[docs], avgdl, k1, b)
+                a, z = int(indptr[t0]), int(indptr[t1])
+                docs_out[a:z] = docs
+                scores_out[a:z] = scores
+                starts = (indptr[t0:t1] - a).astype(np.int64)
+                max_out[t0:t1] = np.maximum.reduceat(scores, starts) if len(scores) else 0
+                docs_out.flush()
+                scores_out.flush()
+                max_out.flush()
+                self.ledger.drop("range")
+                done.add(i)
+                state["ranges_done"] = sorted(done)
+                self.folder.save_checkpoint(state)
+                bar.update(z - a)
+        finally:
+            bar.close()
+        del docs_out, scores_out, max_out
+        self.avgdl = float(avgdl)
+
+    def _open_chunk(self, c: int, size: int) -> dict[str, Any]:
+        folder = self._chunk_dir(c)
+        meta = read_json(folder / "meta.json") or {}
+        return {"terms": np.memmap(folder / "terms.i32", dtype=np.int32, mode="r") if meta["pairs"] else
+                np.zeros(0, np.int32),
+                "rows": np.memmap(folder / "rows.bin", dtype=meta["rows_dtype"], mode="r") if meta["pairs"] else
+                np.zeros(0, np.uint16),
+                "tf": np.memmap(folder / "tf.bin", dtype=meta["tf_dtype"], mode="r") if meta["pairs"] else
+                np.zeros(0, np.uint16),
+                "lengths": np.fromfile(folder / "lengths.i32", dtype=np.int32),
+                "base": c * size}
+
+    # --- the vocabulary and the manifest --------------------------------------------------------
+
+    def _finish(self, state: dict[str, Any], vocab: Vocabulary, df: np.ndarray, total_tokens: int, *,
+                seconds: float, resumed: bool) -> None:
+        work = self.folder.work
+        order = sorted(range(len(vocab.terms)), key=vocab.terms.__getitem__)
+        encoded = [vocab.terms[i].encode("utf-8") for i in order]
+        offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+        np.cumsum([len(e) for e in encoded], out=offsets[1:])
+        (work / VOCAB_FILE).write_bytes(b"".join(encoded))
+        offsets.tofile(work / VOCAB_OFFSETS_FILE)
+        np.asarray(order, dtype=np.int32).tofile(work / VOCAB_IDS_FILE)
+        shutil.rmtree(work / CHUNKS, ignore_errors=True)
+        self._say("computing the index fingerprint")
+        manifest = {
+            "version": INDEX_VERSION, "engine": ENGINE, "key": self.key, **self.meta,
+            "passages": self.n, "vocabulary": len(vocab.terms), "postings": int(df.sum()), "tokens": total_tokens,
+            "avgdl": self.avgdl, "method": self.settings.method, "k1": self.settings.k1, "b": self.settings.b,
+            "max_df": int(df.max(initial=0)),
+            "build": {"seconds": round(seconds, 2), "resumed": resumed, "memory_budget": self.settings.memory_budget,
+                      "ledger_peak_bytes": self.ledger.peak, "peak_rss_bytes": peak_rss_bytes(),
+                      "chunk_passages": int(state["chunk_passages"]), "chunks": int(state["chunks_done"]),
+                      "ranges": len(state.get("ranges") or [])},
+        }
+        manifest["content_fingerprint"] = content_fingerprint(work, manifest)
+        manifest["bytes"] = sum((work / name).stat().st_size for name in INDEX_FILES if name != MANIFEST_FILE)
+        write_json_atomic(work / MANIFEST_FILE, manifest)  # last: marks the index complete
+
+
+def _add_counts(df: np.ndarray, terms: np.ndarray, size: int) -> np.ndarray:
+    if len(df) < size:
+        df = np.concatenate([df, np.zeros(size - len(df), dtype=np.int64)])
+    if len(terms):
+        counts = np.bincount(terms, minlength=size)
+        df[: len(counts)] += counts
+    return df
+
+
+def _open_output(path: Path, dtype: Any, count: int) -> np.memmap:
+    """A preallocated output file (sparse until written), opened for writing; kept across a resume."""
+    size = int(np.dtype(dtype).itemsize * count)
+    if not path.is_file() or path.stat().st_size != size:
+        with open(path, "wb") as stream:
+            stream.truncate(size)
+    if count == 0:
+        return np.zeros(0, dtype=dtype)  # type: ignore[return-value]
+    return np.memmap(path, dtype=dtype, mode="r+", shape=(count,))
+
+
+_FINGERPRINT_FIELDS = ("version", "key", "passages", "vocabulary", "postings", "tokens", "avgdl", "method", "k1", "b")
+_CONTENT_FILES = (INDPTR_FILE, DOCS_FILE, SCORES_FILE, TERM_MAX_FILE, VOCAB_FILE, VOCAB_OFFSETS_FILE, VOCAB_IDS_FILE)
+
+
+def content_fingerprint(folder: Path, manifest: dict[str, Any]) -> str:
+    """A hash of the index's identity and every byte of its files (what a resumed build must reproduce)."""
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(json.dumps({k: manifest.get(k) for k in _FINGERPRINT_FIELDS}, sort_keys=True).encode())
+    for name in _CONTENT_FILES:
+        digest.update(f"\x1e{name}\x1f".encode())
+        with open(folder / name, "rb") as stream:
+            for block in iter(lambda stream=stream: stream.read(1 << 24), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+# --- the index, opened ----------------------------------------------------------------------------
+
+
+class _SortedTerms(Sequence[str]):
+    """The vocabulary's sorted terms read from disk on demand (what ``bisect`` searches)."""
+
+    def __init__(self, blob: Any, offsets: np.ndarray) -> None:
+        self._blob, self._offsets = blob, offsets
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def __getitem__(self, i: int) -> str:  # type: ignore[override]
+        return self._blob[int(self._offsets[i]):int(self._offsets[i + 1])].decode("utf-8")
+
+
+class BM25Index:
+    """A built index, memory-mapped: term lookup, exact full scores, and exact top-k.
+
+    Read-only after opening, so any number of threads may search at once."""
+
+    def __init__(self, folder: Path, *, expect: dict[str, Any] | None = None) -> None:
+        self.folder = Path(folder)
+        manifest = read_json(self.folder / MANIFEST_FILE)
+        if manifest is None:
+            building = self.folder.parent / f".building-{self.folder.name}"
+            state = "its build is still running or was interrupted" if building.exists() else "it has no manifest"
+            raise CorpusError(f"the BM25 index is incomplete ({state}), so it is not opened",
+                              where=str(self.folder), fix=_fix_rebuild(self.folder))
+        if manifest.get("version") != INDEX_VERSION:
+            raise CorpusError(f"the BM25 index has format {manifest.get('version')}, this version reads "
+                              f"{INDEX_VERSION}", where=str(self.folder), fix=_fix_rebuild(self.folder))
+        for field, value in (expect or {}).items():
+            if manifest.get(field) != value:
+                raise CorpusError(f"the BM25 index was built for other passages or settings ({field} is "
+                                  f"{manifest.get(field)!r}, expected {value!r})", where=str(self.folder),
+                                  fix=_fix_rebuild(self.folder))
+        v, postings = int(manifest["vocabulary"]), int(manifest["postings"])
+        sizes = {INDPTR_FILE: (v + 1) * 8, DOCS_FILE: postings * 4, SCORES_FILE: postings * 4, TERM_MAX_FILE: v * 4,
+                 VOCAB_OFFSETS_FILE: (v + 1) * 8, VOCAB_IDS_FILE: v * 4}
+        for name, size in sizes.items():
+            path = self.folder / name
+            actual = path.stat().st_size if path.is_file() else None
+            if actual != size:
+                state = "missing" if actual is None else f"{actual:,} bytes"
+                raise CorpusError(f"the BM25 index file {name} is {state}, expected {size:,} bytes (a half-written "
+                                  "or damaged index)", where=str(path), fix=_fix_rebuild(self.folder))
+        self.manifest = manifest
+        self.n = int(manifest["passages"])
+        self.indptr = np.memmap(self.folder / INDPTR_FILE, dtype=np.int64, mode="r")
+        if int(self.indptr[0]) != 0 or int(self.indptr[-1]) != postings:
+            raise CorpusError("the BM25 index's term offsets do not match its postings (a damaged index)",
+                              where=str(self.folder / INDPTR_FILE), fix=_fix_rebuild(self.folder))
+        self.docs = _map(self.folder / DOCS_FILE, np.int32)
+        self.scores_data = _map(self.folder / SCORES_FILE, np.float32)
+        self.term_max = _map(self.folder / TERM_MAX_FILE, np.float32)
+        vocab_offsets = np.memmap(self.folder / VOCAB_OFFSETS_FILE, dtype=np.int64, mode="r")
+        self._vocab_ids = _map(self.folder / VOCAB_IDS_FILE, np.int32)
+        with open(self.folder / VOCAB_FILE, "rb") as stream:
+            blob = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ) if int(vocab_offsets[-1]) else b""
+        if len(blob) != int(vocab_offsets[-1]):
+            raise CorpusError("the BM25 index's vocabulary file is cut short (a damaged index)",
+                              where=str(self.folder / VOCAB_FILE), fix=_fix_rebuild(self.folder))
+        self._terms = _SortedTerms(blob, vocab_offsets)
+
+    @property
+    def fingerprint(self) -> str:
+        """The hash of the index's identity and files (equal for a resumed and an uninterrupted build)."""
+        return str(self.manifest["content_fingerprint"])
+
+    @property
+    def vocabulary(self) -> int:
+        return int(self.manifest["vocabulary"])
+
+    def size_bytes(self) -> int:
+        return int(self.manifest.get("bytes") or folder_bytes(self.folder))
+
+    def verify(self) -> None:
+        """Re-hash every file against the manifest's fingerprint (reads the whole index)."""
+        if content_fingerprint(self.folder, self.manifest) != self.fingerprint:
+            raise CorpusError("the BM25 index's files do not match its fingerprint (a damaged index)",
+                              where=str(self.folder), fix=_fix_rebuild(self.folder))
+
+    def term_id(self, term: str) -> int | None:
+        at = bisect.bisect_left(self._terms, term)
+        if at < len(self._terms) and self._terms[at] == term:
+            return int(self._vocab_ids[at])
+        return None
+
+    def postings(self, term_id: int) -> tuple[np.ndarray, np.ndarray]:
+        a, z = int(self.indptr[term_id]), int(self.indptr[term_id + 1])
+        return self.docs[a:z], self.scores_data[a:z]
+
+    def df(self, term_id: int) -> int:
+        return int(self.indptr[term_id + 1] - self.indptr[term_id])
+
+    def scores(self, term_ids: Sequence[int]) -> np.ndarray:
+        """The score of every passage (float32, summed in query order like bm25s); zeros without terms."""
+        out = np.zeros(self.n, dtype=np.float32)
+        for t in term_ids:
+            docs, values = self.postings(t)
+            out[docs] += values  # a term's postings name each passage once
+        return out
+
+    def top_k(self, term_ids: Sequence[int], k: int, *, strategy: str = "auto") -> tuple[np.ndarray, np.ndarray]:
+        """(rows, scores) of the k best passages with a positive score, best first, ties by row.
+
+        ``strategy``: ``full`` scores every passage (cheapest up to about a million passages),
+        ``maxscore`` reads only what the MaxScore bound needs (what large corpora use); ``auto``
+        chooses by corpus size. Both return the same passages and scores."""
+        if strategy == "auto":
+            strategy = "full" if self.n <= FULL_SCORING_UP_TO else "maxscore"
+        if strategy == "full":
+            if k < 1 or not term_ids:
+                return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+            return full_top_k(self.scores(term_ids), k)
+        if strategy != "maxscore":
+            raise ValueError(f"unknown search strategy {strategy!r}")
+        return _TopK(self, list(term_ids), k).run()
+
+
+def full_top_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, scores) of the k best positive scores of a full score array, ties to the lowest row."""
+    candidates = np.flatnonzero(scores > 0)
+    values = scores[candidates]
+    if len(candidates) > k:
+        kth = np.partition(values, len(values) - k)[len(values) - k]
+        above = values > kth
+        tied = np.flatnonzero(values == kth)[: k - int(above.sum())]
+        keep = np.concatenate([np.flatnonzero(above), tied])
+        candidates, values = candidates[keep], values[keep]
+    order = np.lexsort((candidates, -values))
+    return candidates[order].astype(np.int64), values[order]
+
+
+def _map(path: Path, dtype: Any) -> np.ndarray:
+    if path.stat().st_size == 0:
+        return np.zeros(0, dtype=dtype)
+    return np.memmap(path, dtype=dtype, mode="r")
+
+
+class _TopK:
+    """One exact top-k search with the MaxScore bound (see the module docstring)."""
+
+    def __init__(self, index: BM25Index, query: list[int], k: int) -> None:
+        self.index, self.query, self.k = index, query, k
+        self.lists: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.docs = np.zeros(0, dtype=np.int32)  # candidates scored exactly, sorted by row
+        self.values = np.zeros(0, dtype=np.float32)
+
+    def _list(self, t: int) -> tuple[np.ndarray, np.ndarray]:
+        held = self.lists.get(t)
+        if held is None:
+            held = self.lists[t] = self.index.postings(t)
+        return held
+
+    def _exact(self, rows: np.ndarray) -> np.ndarray:
+        """Full scores of sorted ``rows`` over every query term, added in query order as float32."""
+        found: dict[int, np.ndarray] = {}
+        for t in dict.fromkeys(self.query):
+            docs, values = self._list(t)
+            part = np.zeros(len(rows), dtype=np.float32)
+            if len(docs) <= 8 * len(rows):
+                at = np.searchsorted(rows, docs)
+                inside = at < len(rows)
+                hit = np.zeros(len(docs), dtype=bool)
+                hit[inside] = rows[at[inside]] == docs[inside]
+                part[at[hit]] = values[hit]
+            else:
+                at = np.searchsorted(docs, rows)
+                inside = at < len(docs)
+                hit = np.zeros(len(rows), dtype=bool)
+                hit[inside] = docs[at[inside]] == rows[inside]
+                part[hit] = values[at[hit]]
+            found[t] = part
+        out = np.zeros(len(rows), dtype=np.float32)
+        for t in self.query:
+            out += found[t]
+        return out
+
+    def _admit(self, rows: np.ndarray) -> None:
+        """Score rows not yet candidates and merge them in."""
+        rows = np.unique(rows)
+        if len(self.docs):
+            at = np.searchsorted(self.docs, rows)
+            inside = at < len(self.docs)
+            seen = np.zeros(len(rows), dtype=bool)
+            seen[inside] = self.docs[at[inside]] == rows[inside]
+            rows = rows[~seen]
+        if not len(rows):
+            return
+        values = self._exact(rows)
+        docs = np.concatenate([self.docs, rows])
+        order = np.argsort(docs, kind="stable")
+        self.docs, self.values = docs[order], np.concatenate([self.values, values])[order]
+
+    def _threshold(self) -> float:
+        """The k-th best positive score among the candidates, or 0 when there are fewer than k."""
+        positive = self.values[self.values > 0]
+        if len(positive) < self.k:
+            return 0.0
+        return float(np.partition(positive, len(positive) - self.k)[len(positive) - self.k])
+
+    def run(self) -> tuple[np.ndarray, np.ndarray]:
+        if self.k < 1 or not self.query:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        mult = Counter(self.query)
+        bound = {t: mult[t] * float(self.index.term_max[t]) for t in mult}
+        order = sorted(mult, key=lambda t: (-bound[t], self.index.df(t)))
+        left = sum(bound.values())
+        theta = 0.0
+        for t in order:
+            if theta > 0 and left * (1 + EPSILON) < theta:
+                break  # no passage outside the candidates can reach the k-th score
+            docs, values = self._list(t)
+            rest = left - bound[t]
+            if theta <= 0 and len(docs) > 4 * self.k:
+                # a first threshold from this list's best passages, so the list need not be taken whole
+                best = np.argpartition(values, len(values) - self.k)[len(values) - self.k:]
+                self._admit(np.asarray(docs[best]))
+                theta = self._threshold()
+            if theta > 0:
+                keep = (values.astype(np.float64) * mult[t] + rest) * (1 + EPSILON) >= theta
+                self._admit(np.asarray(docs[keep]))
+            else:
+                self._admit(np.asarray(docs))
+            theta = self._threshold()
+            left = rest
+        positive = self.values > 0
+        docs, values = self.docs[positive], self.values[positive]
+        if len(docs) > self.k:
+            kth = np.partition(values, len(values) - self.k)[len(values) - self.k]
+            above = values > kth
+            tied = np.flatnonzero(values == kth)[: self.k - int(above.sum())]  # rows are sorted: lowest win
+            keep = np.concatenate([np.flatnonzero(above), tied])
+            docs, values = docs[keep], values[keep]
+        order = np.lexsort((docs, -values))
+        return docs[order].astype(np.int64), values[order]
+
+
+def print_stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
