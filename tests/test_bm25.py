@@ -139,7 +139,8 @@ def test_protocol_and_describe(small: BM25Retriever) -> None:
     assert isinstance(small, Retriever)
     info = small.describe()
     assert info["passages"] == 6 and info["fingerprint"] == small.corpus.fingerprint
-    assert info["engine"].startswith("explorer on-disk BM25") and info["scoring"] == {"variant": "lucene", "k1": 1.2, "b": 0.75}
+    assert info["engine"].startswith("explorer on-disk BM25")
+    assert info["scoring"] == {"variant": "lucene", "k1": 1.2, "b": 0.75}
     assert info["tokenizer"]["stemmer"] == "english" and info["tokenizer"]["stopwords"] == "en"
     json.dumps(info)  # traces store it as JSON
     assert small.passage("p3").title == "Hockey" and small.passage("nope") is None

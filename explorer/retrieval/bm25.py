@@ -150,7 +150,7 @@ class BM25Retriever:
 
     def __init__(self, corpus: Corpus, *, settings: TokenizerSettings | None = None,
                  params: BM25Params | None = None, use_cache: bool = True, progress: Progress | None = None,
-                 memory_budget: int = DEFAULT_MEMORY_BUDGET) -> None:
+                 memory_budget: int = DEFAULT_MEMORY_BUDGET, workers: int | None = None) -> None:
         self.corpus = corpus
         self.name = corpus.name
         self.settings = settings or TokenizerSettings()
@@ -167,7 +167,8 @@ class BM25Retriever:
         started = time.perf_counter()
         index = self._open_stored()
         if index is None:
-            self._build(progress, memory_budget)
+            self._build(progress, BuildSettings(self.params.method, self.params.k1, self.params.b, memory_budget,
+                                                workers))
             index = BM25Index(self.index_path, expect=self._expect())
             self.index_built = True
             if use_cache:
@@ -185,12 +186,11 @@ class BM25Retriever:
         return {"fingerprint": self.corpus.fingerprint, "name": self.name, "source": str(self.corpus.source),
                 "tokenizer": self.settings.as_dict(), "created": time.time()}
 
-    def _build(self, progress: Progress | None, memory_budget: int) -> None:
+    def _build(self, progress: Progress | None, settings: BuildSettings) -> None:
         assert self.index_path is not None
         prune_abandoned_builds(self.index_path, self.index_path.name[: -len(self.key)])
-        build = BM25IndexBuild(self.index_path, self.corpus.store, self.tokenizer,
-                               BuildSettings(self.params.method, self.params.k1, self.params.b, memory_budget),
-                               key=self.key, meta=self._meta(), progress=progress)
+        build = BM25IndexBuild(self.index_path, self.corpus.store, self.tokenizer, settings, key=self.key,
+                               meta=self._meta(), progress=progress)
         build.run()
 
     def _open_stored(self) -> BM25Index | None:

@@ -48,12 +48,13 @@ import itertools
 import json
 import math
 import mmap
+import os
 import re
 import shutil
 import sys
 import time
-from collections import Counter
-from collections.abc import Callable, Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,7 +75,7 @@ from explorer.retrieval.building import (
     write_json_atomic,
 )
 from explorer.retrieval.passage_store import FIELD, PassageStore
-from explorer.retrieval.tokenizer import Tokenizer, fold
+from explorer.retrieval.tokenizer import Tokenizer, TokenizerSettings, fold
 
 Progress = Callable[[str], None]
 INDEX_VERSION = 2
@@ -94,10 +95,12 @@ DEFAULT_MEMORY_BUDGET = 2 << 30
 MIN_MEMORY_BUDGET = 16 * MIB
 BATCH_PASSAGES = 4096  # passages analysed as one string
 BYTES_PER_TOKEN = 40  # pass 1: a token's arrays while a chunk's pairs are counted
-BYTES_PER_POSTING = 56  # pass 2: a posting's arrays while a range is sorted and scored
+BYTES_PER_POSTING = 40  # pass 2: a posting's arrays while a range is sorted and scored
+BYTES_PER_SCORED = 96  # pass 2: the float64 temporaries of one posting while its contribution is computed
 BYTES_PER_CHAR = 16  # a batch's text as strings, the folded and lower-cased copies, and the list of its words
 SENTINEL = "Q"  # marks passage boundaries in a lower-cased batch: lower-casing leaves no upper-case letter
 EPSILON = 1e-4  # slack on score bounds for float32 rounding of sums
+PARALLEL_FROM = 200_000  # passages from which text is analysed in worker processes by default
 FULL_SCORING_UP_TO = 1 << 20  # passages up to which a search scores every passage (one array, no bounds)
 _WORD = re.compile(r"\w+")
 
@@ -117,7 +120,7 @@ class Vocabulary:
         self.tokenizer = tokenizer
         self.term_ids: dict[str, int] = {}
         self.terms: list[str] = []
-        self.word_ids: dict[str, int] = {SENTINEL: -3}
+        self.word_ids: dict[str, int] = {}
         self._text_bytes = 0  # characters of the words and terms held (for the memory estimate)
 
     def add_terms(self, terms: Sequence[str]) -> None:
@@ -131,68 +134,96 @@ class Vocabulary:
         return (len(self.word_ids) + len(self.term_ids)) * 100 + len(self.terms) * 36 + 2 * self._text_bytes
 
     def map_words(self, words: list[str], new_terms: list[str]) -> np.ndarray:
-        """Term ids of ``words`` (-1 not indexed, -3 the sentinel); new terms get the next ids in order."""
+        """Term ids of distinct ``words`` (-1: not indexed); new terms get the next ids, in the words' order."""
         ids = np.fromiter(map(self.word_ids.get, words, itertools.repeat(-2)), dtype=np.int32, count=len(words))
         unseen = np.flatnonzero(ids == -2)
         if len(unseen):
             word_ids, term_ids, term_of = self.word_ids, self.term_ids, self.tokenizer.term
             for at in unseen.tolist():
                 word = words[at]
-                tid = word_ids.get(word)
-                if tid is None:
-                    term = term_of(word)
-                    if term:
-                        tid = term_ids.get(term)
-                        if tid is None:
-                            tid = term_ids[term] = len(self.terms)
-                            self.terms.append(term)
-                            new_terms.append(term)
-                            self._text_bytes += len(term)
-                    else:
-                        tid = -1
-                    word_ids[word] = tid
-                    self._text_bytes += len(word)
+                term = term_of(word)
+                if term:
+                    tid = term_ids.get(term)
+                    if tid is None:
+                        tid = term_ids[term] = len(self.terms)
+                        self.terms.append(term)
+                        new_terms.append(term)
+                        self._text_bytes += len(term)
+                else:
+                    tid = -1
+                word_ids[word] = tid
+                self._text_bytes += len(word)
                 ids[at] = tid
         return ids
 
 
-def analyse_batch(texts: list[str], vocab: Vocabulary, new_terms: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(term ids, passage of each) for a batch of indexed texts, as ``Tokenizer.terms`` gives them one by one.
+@dataclass
+class BatchWords:
+    """A batch of passages analysed on its own: its distinct words (in order of first appearance), the
+    word of every token as an index into them, and the passage (within the batch) of every token."""
 
-    The batch is folded and lower-cased as one string (both are per character, and the separator
-    is a control character that neither changes nor joins), then split by one ``findall`` with
-    an upper-case sentinel word between passages."""
-    settings = vocab.tokenizer.settings
+    words: list[str]
+    ids: np.ndarray
+    rows: np.ndarray
+
+
+def analyse_records(records: list[str], settings: TokenizerSettings) -> BatchWords:
+    """The words of store records ``id\x1ftitle\x1ftext``, as ``Tokenizer.words(title + " " + text)`` gives them.
+
+    The batch is folded and lower-cased as one string (both work per character, and the separator
+    is a control character that neither changes nor joins anything), then split by one ``findall``
+    with an upper-case sentinel word between passages: lower-casing leaves no upper-case letter, so
+    the sentinel cannot be a word of the text. Needs no shared state, so worker processes run it."""
+    texts = [r[r.index(FIELD) + 1:] for r in records]  # "title\x1ftext"
     joined = "\x00".join(texts)
     if not settings.lowercase or joined.count("\x00") != len(texts) - 1:
-        return _analyse_one_by_one(texts, vocab, new_terms)
+        return _analyse_one_by_one(texts, settings)
+    joined = joined.replace(FIELD, " ")
     if settings.fold_accents and not joined.isascii():
         joined = fold(joined)
-    joined = joined.lower().replace("\x00", f" {SENTINEL} ")
-    ids = vocab.map_words(_WORD.findall(joined), new_terms)
-    boundary = ids == -3
-    passage_of = np.cumsum(boundary, dtype=np.int32)
-    keep = ids >= 0
-    return ids[keep], passage_of[keep]
+    words = _WORD.findall(joined.lower().replace("\x00", f" {SENTINEL} "))
+    index = {w: i for i, w in enumerate(dict.fromkeys(itertools.chain((SENTINEL,), words)))}
+    ids = np.fromiter(map(index.__getitem__, words), dtype=np.int32, count=len(words))
+    boundary = ids == 0  # the sentinel's own id
+    rows = np.cumsum(boundary, dtype=np.int32)
+    keep = ~boundary
+    return BatchWords(list(index)[1:], ids[keep] - 1, rows[keep])
 
 
-def _analyse_one_by_one(texts: list[str], vocab: Vocabulary, new_terms: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    words_of = vocab.tokenizer.words
-    all_ids, all_rows = [], []
+def _analyse_one_by_one(texts: list[str], settings: TokenizerSettings) -> BatchWords:
+    tokenizer = Tokenizer(settings)
+    words: list[str] = []
+    rows: list[int] = []
     for row, text in enumerate(texts):
-        ids = vocab.map_words([w for w in words_of(text) if w != SENTINEL] or [], new_terms)
-        ids = ids[ids >= 0]
-        all_ids.append(ids)
-        all_rows.append(np.full(len(ids), row, dtype=np.int32))
-    if not all_ids:
-        return np.zeros(0, np.int32), np.zeros(0, np.int32)
-    return np.concatenate(all_ids), np.concatenate(all_rows)
+        found = tokenizer.words(text.replace(FIELD, " ", 1))
+        words.extend(found)
+        rows.extend([row] * len(found))
+    index = {w: i for i, w in enumerate(dict.fromkeys(words))}
+    ids = np.fromiter(map(index.__getitem__, words), dtype=np.int32, count=len(words))
+    return BatchWords(list(index), ids, np.asarray(rows, dtype=np.int32))
 
 
-def indexed_text(record: str) -> str:
-    """What BM25 indexes of a store record ``id\\x1ftitle\\x1ftext``: the title, a space, the text."""
-    _, title, text = record.split(FIELD, 2)
-    return f"{title} {text}"
+def term_ids_of(batch: BatchWords, vocab: Vocabulary, new_terms: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(term ids, passage of each) of an analysed batch: its distinct words mapped through the vocabulary."""
+    table = vocab.map_words(batch.words, new_terms)
+    ids = table[batch.ids] if len(batch.ids) else np.zeros(0, np.int32)
+    keep = ids >= 0
+    return ids[keep], batch.rows[keep]
+
+
+# Worker processes of a build: each opens the store itself and analyses the batches it is given.
+_worker_store: PassageStore | None = None
+_worker_settings: TokenizerSettings | None = None
+
+
+def _worker_init(store_folder: str, settings: TokenizerSettings) -> None:
+    global _worker_store, _worker_settings
+    _worker_store, _worker_settings = PassageStore(Path(store_folder)), settings
+
+
+def _worker_analyse(start: int, stop: int) -> BatchWords:
+    assert _worker_store is not None and _worker_settings is not None
+    return analyse_records(_worker_store.records_text(start, stop), _worker_settings)
 
 
 # --- scoring, exactly as bm25s computes it ---------------------------------------------------------
@@ -235,6 +266,7 @@ class BuildSettings:
     k1: float
     b: float
     memory_budget: int = DEFAULT_MEMORY_BUDGET
+    workers: int | None = None  # processes analysing text; None: none below PARALLEL_FROM passages, else the cores
 
 
 def _chunk_passages(store: PassageStore, budget: int) -> int:
@@ -270,7 +302,10 @@ class BM25IndexBuild:
         self.ledger = MemoryLedger(settings.memory_budget)
         self.n = len(store)
         chars = store.record_bytes / max(1, len(store))
-        self.batch = int(min(BATCH_PASSAGES, max(64, settings.memory_budget * 0.15 / (chars * BYTES_PER_CHAR))))
+        self.workers = settings.workers if settings.workers is not None else (
+            0 if self.n < PARALLEL_FROM else min(4, max(1, (os.cpu_count() or 1) - 1)))
+        share = 0.15 / (1 + self.workers)  # each worker holds a batch of its own
+        self.batch = int(min(BATCH_PASSAGES, max(64, settings.memory_budget * share / (chars * BYTES_PER_CHAR))))
 
     def _say(self, message: str) -> None:
         if self.progress:
@@ -326,39 +361,69 @@ class BM25IndexBuild:
         self.ledger.hold("vocabulary", vocab.estimated_bytes())
         bar = progress_bar(self.n, "BM25 terms", " passages", enabled=self.progress is not None,
                            initial=min(self.n, done * size))
+        chunks = {c: (c * size, min(self.n, (c + 1) * size)) for c in range(done, count)}
+        parts: tuple[list[np.ndarray], list[np.ndarray], list[str]] = ([], [], [])
         try:
-            for c in range(done, count):
-                start, stop = c * size, min(self.n, (c + 1) * size)
-                tokens, df = self._write_chunk(c, start, stop, vocab, df, bar)
-                total_tokens += tokens
-                state["chunks_done"] = c + 1
-                self.folder.save_checkpoint(state)
+            for c, begin, end, batch in self._batch_stream(chunks):
+                start, stop = chunks[c]
+                ids, rows = term_ids_of(batch, vocab, parts[2])
+                parts[0].append(ids)
+                parts[1].append(rows + np.int32(begin - start))
+                self.ledger.hold_arrays("chunk tokens", *parts[0], *parts[1])
+                bar.update(end - begin)
+                if end == stop:
+                    tokens, df = self._write_chunk(c, start, stop, parts, vocab, df)
+                    parts = ([], [], [])
+                    total_tokens += tokens
+                    state["chunks_done"] = c + 1
+                    self.folder.save_checkpoint(state)
         finally:
             bar.close()
+        self.ledger.drop("analysis")
         return vocab, df, total_tokens
 
-    def _write_chunk(self, c: int, start: int, stop: int, vocab: Vocabulary, df: np.ndarray,
-                     bar: Any) -> tuple[int, np.ndarray]:
-        new_terms: list[str] = []
-        term_parts, row_parts = [], []
-        for batch in range(start, stop, self.batch):
-            end = min(stop, batch + self.batch)
-            records = self.store.records_text(batch, end)
-            texts = [indexed_text(r) for r in records]
-            self.ledger.hold("batch", sum(map(len, texts)) * BYTES_PER_CHAR)  # the strings and their word lists
-            ids, rows = analyse_batch(texts, vocab, new_terms)
-            term_parts.append(ids)
-            row_parts.append(rows + np.int32(batch - start))
-            self.ledger.hold_arrays("chunk tokens", *term_parts, *row_parts)
-            bar.update(end - batch)
-        self.ledger.drop("batch")
+    def _batch_stream(self, chunks: dict[int, tuple[int, int]]) -> Iterator[tuple[int, int, int, BatchWords]]:
+        """(chunk, first row, end row, analysed batch) in corpus order, analysed in worker processes when
+        the build has any (the parent then only maps distinct words and counts pairs)."""
+        jobs = [(c, b, min(stop, b + self.batch)) for c, (start, stop) in chunks.items()
+                for b in range(start, stop, self.batch)]
+        chars = self.store.record_bytes / max(1, self.n)
+        per_batch = int(self.batch * chars * BYTES_PER_CHAR)
+        if not self.workers:
+            self.ledger.hold("analysis", per_batch)
+            for c, b, e in jobs:
+                yield c, b, e, analyse_records(self.store.records_text(b, e), self.tokenizer.settings)
+            return
+        from concurrent.futures import ProcessPoolExecutor
+        from multiprocessing import get_context
+
+        ahead = 2 * self.workers
+        # each worker holds one batch's strings; the results waiting here hold ~12 bytes per token
+        self.ledger.hold("analysis", self.workers * per_batch + ahead * per_batch // 4)
+        with ProcessPoolExecutor(max_workers=self.workers, mp_context=get_context("spawn"), initializer=_worker_init,
+                                 initargs=(str(self.store.folder), self.tokenizer.settings)) as pool:
+            queue = iter(jobs)
+            pending = deque((job, pool.submit(_worker_analyse, job[1], job[2]))
+                            for job in itertools.islice(queue, ahead))
+            while pending:
+                job, future = pending.popleft()
+                result = future.result()
+                following = next(queue, None)
+                if following is not None:
+                    pending.append((following, pool.submit(_worker_analyse, following[1], following[2])))
+                yield (*job, result)
+
+    def _write_chunk(self, c: int, start: int, stop: int, parts: tuple[list[np.ndarray], list[np.ndarray], list[str]],
+                     vocab: Vocabulary, df: np.ndarray) -> tuple[int, np.ndarray]:
+        term_parts, row_parts, new_terms = parts
         self.ledger.hold("vocabulary", vocab.estimated_bytes())
         terms = np.concatenate(term_parts) if term_parts else np.zeros(0, np.int32)
         rows = np.concatenate(row_parts) if row_parts else np.zeros(0, np.int32)
-        del term_parts, row_parts
+        term_parts.clear()
+        row_parts.clear()
         lengths = np.bincount(rows, minlength=stop - start).astype(np.int32)
         keys = (terms.astype(np.int64) << 32) | rows.astype(np.int64)
-        self.ledger.hold_arrays("chunk tokens", terms, rows, keys, keys)  # np.unique sorts a copy
+        self.ledger.hold_arrays("chunk tokens", terms, rows, keys, keys, keys)  # np.unique sorts a copy
         del terms, rows
         pairs, tf = np.unique(keys, return_counts=True)
         del keys
@@ -388,10 +453,14 @@ class BM25IndexBuild:
 
     # --- pass 2 -------------------------------------------------------------------------------
 
+    def _score_block(self) -> int:
+        return max(1 << 14, self.settings.memory_budget // 8 // BYTES_PER_SCORED)
+
     def _ranges(self, df: np.ndarray) -> list[tuple[int, int]]:
         """Term-id ranges of at most the budget's postings each (a single longer term is a range of its own)."""
-        spare = self.settings.memory_budget - self.ledger.current
-        most = max(1, int(max(spare, self.settings.memory_budget // 4) // BYTES_PER_POSTING))
+        budget = self.settings.memory_budget
+        spare = budget - self.ledger.current - self._score_block() * BYTES_PER_SCORED
+        most = max(1, int(max(spare, budget // 4) // BYTES_PER_POSTING))
         ranges, start, held = [], 0, 0
         for t, count in enumerate(df.tolist()):
             if held and held + count > most:
@@ -416,16 +485,18 @@ class BM25IndexBuild:
         docs_out = _open_output(work / DOCS_FILE, np.int32, total)
         scores_out = _open_output(work / SCORES_FILE, np.float32, total)
         max_out = _open_output(work / TERM_MAX_FILE, np.float32, v)
-        ranges = [(int(a), int(z)) for a, z in state.get("ranges") or self._ranges(df)]
-        state["ranges"] = [list(r) for r in ranges]
         done = set(state.get("ranges_done") or [])
         chunk_count = int(state["chunks_done"])
         chunks = [self._open_chunk(c, int(state["chunk_passages"])) for c in range(chunk_count)]
-        lengths = np.concatenate([c["lengths"] for c in chunks]) if chunks else np.zeros(0, np.int32)
+        lengths = np.concatenate([c.pop("lengths") for c in chunks]) if chunks else np.zeros(0, np.int32)
         self.ledger.hold("passage lengths", lengths.nbytes)
+        self.ledger.hold("term offsets", indptr.nbytes)
+        ranges = [(int(a), int(z)) for a, z in state.get("ranges") or self._ranges(df)]
+        state["ranges"] = [list(r) for r in ranges]
         avgdl = np.float64(total_tokens) / self.n
         method, k1, b = self.settings.method, self.settings.k1, self.settings.b
         idf_cache: dict[int, np.float32] = {}
+        block = self._score_block()
         bar = progress_bar(total, "BM25 postings", " postings", enabled=self.progress is not None,
                            initial=sum(int(indptr[r[1]] - indptr[r[0]]) for i, r in enumerate(ranges) if i in done))
         try:
@@ -449,8 +520,13 @@ class BM25IndexBuild:
                 counts = df[t0:t1]
                 idf32 = np.array([idf_cache.setdefault(int(c), np.float32(idf_of(method, int(c), self.n)))
                                   for c in counts.tolist()], dtype=np.float32)
-                self.ledger.hold("range", len(terms) * BYTES_PER_POSTING)  # sorted copies and float64 temporaries
-                scores = contributions(method, np.repeat(idf32, counts), tf, lengths[docs], avgdl, k1, b)
+                self.ledger.hold("range", len(terms) * BYTES_PER_POSTING + block * BYTES_PER_SCORED)
+                repeated = np.repeat(idf32, counts)
+                scores = np.empty(len(docs), dtype=np.float32)
+                for at in range(0, len(docs), block):  # float64 temporaries for one block at a time
+                    part = slice(at, at + block)
+                    scores[part] = contributions(method, repeated[part], tf[part], lengths[docs[part]], avgdl, k1, b)
+                del repeated
                 a, z = int(indptr[t0]), int(indptr[t1])
                 docs_out[a:z] = docs
                 scores_out[a:z] = scores
@@ -501,7 +577,8 @@ class BM25IndexBuild:
             "avgdl": self.avgdl, "method": self.settings.method, "k1": self.settings.k1, "b": self.settings.b,
             "max_df": int(df.max(initial=0)),
             "build": {"seconds": round(seconds, 2), "resumed": resumed, "memory_budget": self.settings.memory_budget,
-                      "ledger_peak_bytes": self.ledger.peak, "peak_rss_bytes": peak_rss_bytes(),
+                      "ledger_peak_bytes": self.ledger.peak, "ledger_at_peak": self.ledger.at_peak,
+                      "peak_rss_bytes": peak_rss_bytes(),
                       "chunk_passages": int(state["chunk_passages"]), "chunks": int(state["chunks_done"]),
                       "ranges": len(state.get("ranges") or [])},
         }

@@ -113,11 +113,14 @@ class MemoryLedger:
         self._held: dict[str, int] = {}
         self.current = 0
         self.peak = 0
+        self.at_peak: dict[str, int] = {}  # what was held when the peak was reached
 
     def hold(self, name: str, nbytes: int) -> None:
         self.current += int(nbytes) - self._held.get(name, 0)
         self._held[name] = int(nbytes)
-        self.peak = max(self.peak, self.current)
+        if self.current > self.peak:
+            self.peak = self.current
+            self.at_peak = dict(self._held)
 
     def drop(self, *names: str) -> None:
         for name in names:
