@@ -178,3 +178,30 @@ def test_same_top10_as_bm25s_in_memory_on_the_benchmark_pool(benchmark_retriever
             same &= rows.tolist() == expected[0].tolist() and scores.tolist() == expected[1].tolist()
         agree += same
     assert agree / len(questions) == 1.0
+
+
+def test_batch_analysis_finds_the_words_the_query_tokenizer_finds() -> None:
+    """The build analyses thousands of passages as one string; every text must still give exactly the words
+    ``Tokenizer.words`` gives it alone (final sigma, dotted I, ligatures, full-width forms, combining accents,
+    fractions, scripts without case, control characters, and random characters from many blocks)."""
+    import random
+
+    from explorer.retrieval.bm25_index import SENTINEL_BYTES, words_of_batch
+    from explorer.retrieval.tokenizer import Tokenizer, TokenizerSettings
+
+    texts = ["ΟΔΟΣ Σ aΣ b ΑΣ.", "İstanbul İ", "½ ¹ ² ③ ⅷ", "cafe\u0301s café", "ＦＵＬＬ ｗｉｄｔｈ！",
+             "under_score __x__", "ﬁnance ﬀ", "Straße STRASSE", "x\x1fy\x1ez", "日本語のテキスト 中文",
+             "Ǆemal ǅ", "ʼn ΐ ſ K µ", "tab\there"]
+    rng = random.Random(0)
+    pool = [chr(c) for c in range(0x20, 0x3000) if chr(c).isprintable()]
+    texts += ["".join(rng.choice(pool) for _ in range(rng.randint(1, 30))) for _ in range(300)]
+    tokens = words_of_batch(texts, TokenizerSettings())
+    assert tokens is not None
+    found: list[list[str]] = [[]]
+    for token in tokens:
+        if token == SENTINEL_BYTES:
+            found.append([])
+        else:
+            found[-1].append(token.decode())
+    tokenizer = Tokenizer()
+    assert found == [tokenizer.words(t) for t in texts]

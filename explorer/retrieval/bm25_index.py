@@ -120,7 +120,7 @@ class Vocabulary:
         self.tokenizer = tokenizer
         self.term_ids: dict[str, int] = {}
         self.terms: list[str] = []
-        self.word_ids: dict[str, int] = {}
+        self.word_ids: dict[bytes, int] = {}
         self._text_bytes = 0  # characters of the words and terms held (for the memory estimate)
 
     def add_terms(self, terms: Sequence[str]) -> None:
@@ -133,15 +133,16 @@ class Vocabulary:
         """Python objects: ~100 bytes per dict entry and string header, plus the characters."""
         return (len(self.word_ids) + len(self.term_ids)) * 100 + len(self.terms) * 36 + 2 * self._text_bytes
 
-    def map_words(self, words: list[str], new_terms: list[str]) -> np.ndarray:
-        """Term ids of distinct ``words`` (-1: not indexed); new terms get the next ids, in the words' order."""
+    def map_words(self, words: list[bytes], new_terms: list[str]) -> np.ndarray:
+        """Term ids of distinct UTF-8 ``words`` (-1: not indexed); new terms get the next ids, in the words' order."""
         ids = np.fromiter(map(self.word_ids.get, words, itertools.repeat(-2)), dtype=np.int32, count=len(words))
         unseen = np.flatnonzero(ids == -2)
         if len(unseen):
             word_ids, term_ids, term_of = self.word_ids, self.term_ids, self.tokenizer.term
+            sentinel = self.tokenizer.settings.lowercase  # then "Q" can only be the passage separator
             for at in unseen.tolist():
                 word = words[at]
-                term = term_of(word)
+                term = "" if sentinel and word == SENTINEL_BYTES else term_of(word.decode("utf-8"))
                 if term:
                     tid = term_ids.get(term)
                     if tid is None:
@@ -157,63 +158,128 @@ class Vocabulary:
         return ids
 
 
+class WordIndexer:
+    """Raw words (UTF-8 bytes) to small ids in order of first appearance, kept for a whole build by the
+    process that analyses text: each batch reports only the words it is the first to meet."""
+
+    def __init__(self) -> None:
+        self.ids: dict[bytes, int] = {}
+
+    def index(self, tokens: list[bytes]) -> tuple[np.ndarray, list[bytes]]:
+        known = self.ids
+        ids = np.fromiter(map(known.get, tokens, itertools.repeat(-1)), dtype=np.int32, count=len(tokens))
+        new: list[bytes] = []
+        for at in np.flatnonzero(ids < 0).tolist():
+            word = tokens[at]
+            found = known.get(word)
+            if found is None:
+                found = known[word] = len(known)
+                new.append(word)
+            ids[at] = found
+        return ids, new
+
+
 @dataclass
 class BatchWords:
-    """A batch of passages analysed on its own: its distinct words (in order of first appearance), the
-    word of every token as an index into them, and the passage (within the batch) of every token."""
+    """A batch of passages analysed where its text was read: the words met there for the first time (in
+    order of their ids), the word id of every token, the passage (within the batch) of every token, and
+    the process whose word ids these are."""
 
-    words: list[str]
+    new_words: list[bytes]
     ids: np.ndarray
     rows: np.ndarray
+    origin: int
 
 
-def analyse_records(records: list[str], settings: TokenizerSettings) -> BatchWords:
-    """The words of store records ``id\x1ftitle\x1ftext``, as ``Tokenizer.words(title + " " + text)`` gives them.
+_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
+# ASCII bytes that are not word characters become spaces; UTF-8 bytes of other characters stay.
+_ASCII_WORDS = bytes(b if b >= 128 or chr(b).isalnum() or b == ord("_") else ord(" ") for b in range(256))
+SENTINEL_BYTES = SENTINEL.encode()
 
-    The batch is folded and lower-cased as one string (both work per character, and the separator
-    is a control character that neither changes nor joins anything), then split by one ``findall``
-    with an upper-case sentinel word between passages: lower-casing leaves no upper-case letter, so
-    the sentinel cannot be a word of the text. Needs no shared state, so worker processes run it."""
-    texts = [r[r.index(FIELD) + 1:] for r in records]  # "title\x1ftext"
+
+def _fold_run(match: re.Match) -> str:
+    return fold(match.group())
+
+
+def _blank_non_words(match: re.Match) -> str:
+    run = match.group()
+    if run.isalnum():
+        return run
+    return "".join(ch if ch.isalnum() or ch == "_" else " " for ch in run)
+
+
+def words_of_batch(texts: list[str], settings: TokenizerSettings) -> list[bytes] | None:
+    """The words of ``"\\x00"``-free texts joined by ``"\\x00"``, with the sentinel between passages, as
+    ``Tokenizer.words`` finds them in each text (None when the batch cannot be done in one piece).
+
+    Folding, lower-casing and the word pattern all work per character, so the batch is processed as
+    one string: accents are folded in its non-ASCII runs only (decomposition never reaches across an
+    ASCII character), the whole is lower-cased (keeping the final-sigma rule's context), non-word
+    characters become spaces (``\\w`` is exactly ``isalnum() or "_"``, checked for every code point),
+    and the UTF-8 bytes are split on spaces. Lower-casing leaves no upper-case letter, so the
+    upper-case sentinel cannot be a word of the text."""
     joined = "\x00".join(texts)
     if not settings.lowercase or joined.count("\x00") != len(texts) - 1:
-        return _analyse_one_by_one(texts, settings)
-    joined = joined.replace(FIELD, " ")
-    if settings.fold_accents and not joined.isascii():
-        joined = fold(joined)
-    words = _WORD.findall(joined.lower().replace("\x00", f" {SENTINEL} "))
-    index = {w: i for i, w in enumerate(dict.fromkeys(itertools.chain((SENTINEL,), words)))}
-    ids = np.fromiter(map(index.__getitem__, words), dtype=np.int32, count=len(words))
-    boundary = ids == 0  # the sentinel's own id
+        return None
+    if not joined.isascii():
+        if settings.fold_accents:
+            joined = _NON_ASCII.sub(_fold_run, joined)
+        joined = joined.lower()
+        joined = _NON_ASCII.sub(_blank_non_words, joined)
+    else:
+        joined = joined.lower()
+    joined = joined.replace("\x00", f" {SENTINEL} ")
+    return joined.encode("utf-8").translate(_ASCII_WORDS).split()
+
+
+def analyse_records(records: list[str], settings: TokenizerSettings, indexer: WordIndexer,
+                    origin: int = 0) -> BatchWords:
+    """The words of store records ``id\\x1ftitle\\x1ftext``, as ``Tokenizer.words(title + " " + text)`` gives
+    them, as ids of ``indexer``. Needs nothing else, so worker processes run it."""
+    texts = [r[r.index(FIELD) + 1:].replace(FIELD, " ") for r in records]  # "title text"
+    tokens = words_of_batch(texts, settings)
+    if tokens is None:
+        tokenizer = Tokenizer(settings)
+        tokens, rows_list = [], []
+        for row, text in enumerate(texts):
+            found = [w.encode("utf-8") for w in tokenizer.words(text)]
+            tokens.extend(found)
+            rows_list.extend([row] * len(found))
+        ids, new = indexer.index(tokens)
+        return BatchWords(new, ids, np.asarray(rows_list, dtype=np.int32), origin)
+    ids, new = indexer.index(tokens)
+    boundary = ids == indexer.ids[SENTINEL_BYTES] if len(texts) > 1 else np.zeros(len(ids), dtype=bool)
     rows = np.cumsum(boundary, dtype=np.int32)
     keep = ~boundary
-    return BatchWords(list(index)[1:], ids[keep] - 1, rows[keep])
+    return BatchWords(new, ids[keep], rows[keep], origin)
 
 
-def _analyse_one_by_one(texts: list[str], settings: TokenizerSettings) -> BatchWords:
-    tokenizer = Tokenizer(settings)
-    words: list[str] = []
-    rows: list[int] = []
-    for row, text in enumerate(texts):
-        found = tokenizer.words(text.replace(FIELD, " ", 1))
-        words.extend(found)
-        rows.extend([row] * len(found))
-    index = {w: i for i, w in enumerate(dict.fromkeys(words))}
-    ids = np.fromiter(map(index.__getitem__, words), dtype=np.int32, count=len(words))
-    return BatchWords(list(index), ids, np.asarray(rows, dtype=np.int32))
+class WordTables:
+    """The parent's view of each analysing process's word ids: their term ids (-1: not indexed)."""
 
+    def __init__(self, vocab: Vocabulary) -> None:
+        self.vocab = vocab
+        self.tables: dict[int, np.ndarray] = {}
 
-def term_ids_of(batch: BatchWords, vocab: Vocabulary, new_terms: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(term ids, passage of each) of an analysed batch: its distinct words mapped through the vocabulary."""
-    table = vocab.map_words(batch.words, new_terms)
-    ids = table[batch.ids] if len(batch.ids) else np.zeros(0, np.int32)
-    keep = ids >= 0
-    return ids[keep], batch.rows[keep]
+    def term_ids(self, batch: BatchWords, new_terms: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(term ids, passage of each) of an analysed batch."""
+        table = self.tables.get(batch.origin, np.zeros(0, dtype=np.int32))
+        if batch.new_words:
+            table = np.concatenate([table, self.vocab.map_words(batch.new_words, new_terms)])
+            self.tables[batch.origin] = table
+        ids = table[batch.ids] if len(batch.ids) else np.zeros(0, np.int32)
+        keep = ids >= 0
+        return ids[keep], batch.rows[keep]
+
+    def estimated_bytes(self) -> int:
+        """The analysing processes' word dictionaries (~100 bytes a word) and these tables."""
+        return sum(len(t) * 104 for t in self.tables.values())
 
 
 # Worker processes of a build: each opens the store itself and analyses the batches it is given.
 _worker_store: PassageStore | None = None
 _worker_settings: TokenizerSettings | None = None
+_worker_indexer = WordIndexer()
 
 
 def _worker_init(store_folder: str, settings: TokenizerSettings) -> None:
@@ -223,7 +289,7 @@ def _worker_init(store_folder: str, settings: TokenizerSettings) -> None:
 
 def _worker_analyse(start: int, stop: int) -> BatchWords:
     assert _worker_store is not None and _worker_settings is not None
-    return analyse_records(_worker_store.records_text(start, stop), _worker_settings)
+    return analyse_records(_worker_store.records_text(start, stop), _worker_settings, _worker_indexer, os.getpid())
 
 
 # --- scoring, exactly as bm25s computes it ---------------------------------------------------------
@@ -364,9 +430,11 @@ class BM25IndexBuild:
         chunks = {c: (c * size, min(self.n, (c + 1) * size)) for c in range(done, count)}
         parts: tuple[list[np.ndarray], list[np.ndarray], list[str]] = ([], [], [])
         try:
+            tables = WordTables(vocab)
             for c, begin, end, batch in self._batch_stream(chunks):
                 start, stop = chunks[c]
-                ids, rows = term_ids_of(batch, vocab, parts[2])
+                ids, rows = tables.term_ids(batch, parts[2])
+                self.ledger.hold("word tables", tables.estimated_bytes())
                 parts[0].append(ids)
                 parts[1].append(rows + np.int32(begin - start))
                 self.ledger.hold_arrays("chunk tokens", *parts[0], *parts[1])
@@ -391,8 +459,9 @@ class BM25IndexBuild:
         per_batch = int(self.batch * chars * BYTES_PER_CHAR)
         if not self.workers:
             self.ledger.hold("analysis", per_batch)
+            indexer = WordIndexer()
             for c, b, e in jobs:
-                yield c, b, e, analyse_records(self.store.records_text(b, e), self.tokenizer.settings)
+                yield c, b, e, analyse_records(self.store.records_text(b, e), self.tokenizer.settings, indexer)
             return
         from concurrent.futures import ProcessPoolExecutor
         from multiprocessing import get_context
