@@ -57,6 +57,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="processes analysing text in parallel (default: none below 200,000 passages, else one "
                             "per spare core, at most 4)")
     add_retriever_arguments(index)
+    index.add_argument("--embed-workers", type=int, default=None, metavar="N",
+                       help="dense: embed the passages' shards on N Ray workers (a local Ray instance, or the "
+                            "cluster at --ray-address); resumes with the shards already written")
+    index.add_argument("--embed-gpus", type=float, default=0.0, metavar="G",
+                       help="dense: GPUs per embedding worker (e.g. 1; 0: CPU workers)")
+    index.add_argument("--ray-address", default=None, help="dense: an existing Ray cluster for the embedding workers")
     index.set_defaults(handler=_index, hints=CORPUS_HINTS)
 
     convert = actions.add_parser("convert", help="write a corpus as JSONL {id, title, text}")
@@ -159,6 +165,36 @@ def _index_rows(corpus, *, verify: bool) -> list[tuple[str, str]]:
     return rows + health_rows(corpus_health(retriever))
 
 
+def _embed_on_ray(corpus, choice, args: argparse.Namespace) -> str:
+    """Embed the corpus's shards on Ray workers ahead of opening the dense retriever, which then finds
+    them written and only builds its IVF-PQ index."""
+    from explorer.errors import ConfigError
+    from explorer.retrieval import dense_shards
+    from explorer.retrieval.dense import SHARDED_FROM, dense_key, sharded_dir_for
+    from explorer.retrieval.embeddings import get_encoder
+
+    if choice.kind == "bm25":
+        raise ConfigError("--embed-workers embeds passages for dense retrieval", where="--embed-workers",
+                          fix="add --retriever dense (or hybrid)")
+    if args.embed_workers < 1 or args.embed_gpus < 0:
+        raise ConfigError("--embed-workers must be at least 1 and --embed-gpus 0 or more", where="--embed-workers",
+                          fix="e.g. --embed-workers 4 --embed-gpus 1")
+    if not (choice.index == "ivfpq" or (choice.index == "auto" and len(corpus) > SHARDED_FROM)):
+        raise ConfigError(f"workers embed in shards for the on-disk IVF-PQ index, which '{corpus.name}' "
+                          f"({len(corpus):,} passages) only gets with index=ivfpq", where="--embed-workers",
+                          fix="add --retriever-set index=ivfpq (automatic above 2,000,000 passages)")
+    encoder = get_encoder(choice.embedder)
+    key = dense_key(corpus, encoder)
+    plan = dense_shards.ShardPlan(len(corpus))
+    embed = dense_shards.embed_on_ray(corpus.store, plan, embedder=choice.embedder, batch_size=choice.batch_size,
+                                      workers=args.embed_workers, gpus=args.embed_gpus, address=args.ray_address)
+    manifest = dense_shards.build_shards(sharded_dir_for(corpus, key), corpus.store, encoder.dim, key, embed,
+                                         plan=plan, progress=_progress)
+    rate = manifest.get("passages_per_second")
+    return (f"{plan.count} shards on {args.embed_workers} Ray worker(s)"
+            + (f", {rate:,.1f} passages/s" if rate else ", all written before"))
+
+
 def _default_params():
     from explorer.retrieval.bm25 import BM25Params
 
@@ -203,6 +239,8 @@ def _index(args: argparse.Namespace) -> int:
                            + (f", {build.get('seconds')} s, memory held at most "
                               f"{human_bytes(build.get('ledger_peak_bytes', 0))}" if bm25.index_built else "") + ")")]
     retriever = bm25
+    if args.embed_workers is not None:
+        rows.append(("embedding", _embed_on_ray(corpus, choice, args)))
     if choice.kind != "bm25":
         retriever = open_retriever(args.corpus, progress=_progress, fmt=args.fmt, kind=choice)
         rows.append((f"{choice.kind} index", str(retriever.describe().get("index"))))

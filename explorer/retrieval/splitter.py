@@ -83,6 +83,8 @@ def split_text_counted(text: str, max_words: int = MAX_WORDS) -> tuple[list[str]
     """:func:`split_text`'s pieces with the word count of each and the text's words (one split for all three,
     which is what a streaming build of millions of passages needs)."""
     words = text.split()
+    if 0 < len(words) <= max_words:  # the common case, without computing ranges
+        return [text.strip()], [len(words)], words
     ranges = piece_ranges(len(words), max_words)
     if len(ranges) == 1:
         return [text.strip()], [len(words)], words
