@@ -49,6 +49,9 @@ INDEX_KINDS = ("auto", "exact", "flat", "ivf", "hnsw", "ivfpq")
 #: Above this many passages ``index=auto`` embeds in shards and searches an on-disk IVF-PQ index
 #: (explorer.retrieval.dense_shards): a float32 matrix of DPR's 21M passages would take 32 GB.
 SHARDED_FROM = 2_000_000
+#: IVF-PQ candidates re-scored with their float16 vectors from the shards before the top k is kept:
+#: product quantisation alone cannot tell near-duplicates apart (benchmarks/bench_dense_scale.py).
+RERANK_DEPTH = 100
 DENSE_FORMAT_VERSION = 1
 META_FILE = "explorer-dense.json"
 EMBEDDINGS_FILE = "embeddings.npy"
@@ -170,6 +173,7 @@ class DenseRetriever:
                 self._store(matrix)
         self.matrix = matrix
         self._faiss_index = None
+        self._shards = None
         self.index_type = "exact (one matrix product, numpy)"
         if self.index_kind != "exact":
             self._faiss_index, self.index_type = self._faiss(progress)
@@ -203,10 +207,11 @@ class DenseRetriever:
         assert faiss is not None
         faiss.omp_set_num_threads(SEARCH_THREADS)
         self._faiss_index = shards.open_ivfpq(index_file, self.params.nprobe)
+        self._plan, self._shards = plan, shards.open_shards(folder, plan)
         ivf = faiss.downcast_index(faiss.extract_index_ivf(self._faiss_index))
         self.matrix = None
         self.index_type = (f"faiss IVF-PQ nlist={ivf.nlist} nprobe={ivf.nprobe} m={ivf.pq.M} bits={ivf.pq.nbits} "
-                           "on disk, memory-mapped (approximate)")
+                           f"on disk, memory-mapped, top {RERANK_DEPTH} re-ranked by the stored vectors (approximate)")
         self.index_seconds = time.perf_counter() - started
 
     # --- choosing and building the index -----------------------------------------------------
@@ -347,6 +352,15 @@ class DenseRetriever:
             values = scores[top]
             order = np.lexsort((top, -values))  # best first; equal scores in corpus order
             rows, values = top[order], values[order]
+        elif self._shards is not None:  # IVF-PQ candidates re-ranked by their stored vectors
+            from explorer.retrieval.dense_shards import gather
+
+            query = np.asarray(vector, dtype=np.float32)
+            _, ids = self._faiss_index.search(query.reshape(1, -1), max(k, RERANK_DEPTH))
+            rows = ids[0][ids[0] >= 0]
+            values = gather(self._shards, self._plan, rows) @ query if len(rows) else np.zeros(0, np.float32)
+            order = np.lexsort((rows, -values))[:k]
+            rows, values = rows[order], values[order]
         else:
             found, ids = self._faiss_index.search(np.asarray(vector, dtype=np.float32).reshape(1, -1), k)
             keep = ids[0] >= 0
