@@ -264,6 +264,15 @@ class EmbedWorker:
         return embed_texts(self.encoder, texts, batch_size).astype(np.float16)
 
 
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError as exc:
+        raise ConfigError("embedding on workers needs Ray, which is not installed", where="--embed-workers",
+                          fix="pip install ray==2.60.0 (listed in requirements.txt)") from exc
+    return ray
+
+
 def embed_on_ray(store: Any, plan: ShardPlan, *, embedder: str | None, batch_size: int, workers: int,
                  gpus: float = 0.0, address: str | None = None, threads: int = 1) -> EmbedShards:
     """Shards embedded by ``workers`` Ray actors (``gpus`` each; on a local instance unless ``address``).
@@ -272,9 +281,7 @@ def embed_on_ray(store: Any, plan: ShardPlan, *, embedder: str | None, batch_siz
     come, so a driver stopped half-way leaves only whole shards, and the next run embeds the rest."""
 
     def run(todo: list[int]) -> Iterator[tuple[int, np.ndarray]]:
-        from explorer.eval.cluster import import_ray
-
-        ray = import_ray()
+        ray = _import_ray()
         started_here = not ray.is_initialized()
         if started_here:
             import logging
