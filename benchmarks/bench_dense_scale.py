@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -125,6 +126,7 @@ def main() -> int:
 
     def measure(matrix: np.ndarray, label: str) -> None:
         folder = Path(tempfile.mkdtemp(prefix="bench-ivfpq-"))
+        folders.append(folder)
         rows = 10_000 if len(matrix) > 10_000 else max(1, len(matrix) // 4)
         plan_m = dense_shards.ShardPlan(len(matrix), rows)
         for i in range(plan_m.count):
@@ -143,6 +145,7 @@ def main() -> int:
                              f"{recall_at_10(exact, found):.3f} | {p50:.2f} | "
                              f"{path.stat().st_size / (matrix.size * 4):.3f} |")
 
+    folders = [work]
     measure(real, f"{n:,} real passages")
     rng = np.random.default_rng(0)
     synthetic = real[rng.integers(0, n, size=args.vectors)]
@@ -150,6 +153,8 @@ def main() -> int:
     synthetic /= np.linalg.norm(synthetic, axis=1, keepdims=True)
     measure(synthetic, f"{args.vectors:,} synthetic")
     lines += ["", f"Load average at the end: {os.getloadavg()[0]:.1f}."]
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
     text = "\n".join(lines) + "\n"
     write_result(text, args.out)
     print(text)

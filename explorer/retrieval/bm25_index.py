@@ -447,7 +447,10 @@ class BM25IndexBuild:
                     self.folder.save_checkpoint(state)
         finally:
             bar.close()
-        self.ledger.drop("analysis")
+        self.ledger.drop("analysis", "word tables")
+        vocab.word_ids.clear()  # the word caches serve the analysis only; the terms themselves are kept
+        vocab.term_ids.clear()
+        self.ledger.hold("vocabulary", vocab.estimated_bytes())
         return vocab, df, total_tokens
 
     def _batch_stream(self, chunks: dict[int, tuple[int, int]]) -> Iterator[tuple[int, int, int, BatchWords]]:
