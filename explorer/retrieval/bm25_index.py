@@ -641,7 +641,6 @@ class BM25IndexBuild:
         (work / VOCAB_FILE).write_bytes(b"".join(encoded))
         offsets.tofile(work / VOCAB_OFFSETS_FILE)
         np.asarray(order, dtype=np.int32).tofile(work / VOCAB_IDS_FILE)
-        shutil.rmtree(work / CHUNKS, ignore_errors=True)
         self._say("computing the index fingerprint")
         manifest = {
             "version": INDEX_VERSION, "engine": ENGINE, "key": self.key, **self.meta,
