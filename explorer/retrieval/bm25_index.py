@@ -51,7 +51,7 @@ import mmap
 import os
 import re
 import shutil
-import sys
+import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
@@ -835,64 +835,64 @@ def _map(path: Path, dtype: Any) -> np.ndarray:
     return np.memmap(path, dtype=dtype, mode="r")
 
 
+class _Scratch(threading.local):
+    """Per-thread buffers of one score and one flag per passage, kept between searches (and left
+    cleared after each), so a search costs what its posting lists cost, not the corpus size."""
+
+    def __init__(self) -> None:
+        self.held: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def buffers(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        held = self.held.get(n)
+        if held is None:
+            held = self.held[n] = (np.zeros(n, dtype=np.float32), np.zeros(n, dtype=bool))
+        return held
+
+
+_scratch = _Scratch()
+
+
+def lookup(rows: np.ndarray, docs: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Each of the sorted ``rows``' value in a posting list (0 where absent), by whichever binary search is
+    cheaper: the list's passages among the rows, or the rows in the list."""
+    out = np.zeros(len(rows), dtype=np.float32)
+    if len(docs) <= 8 * len(rows):
+        at = np.searchsorted(rows, docs)
+        inside = at < len(rows)
+        hit = np.zeros(len(docs), dtype=bool)
+        hit[inside] = rows[at[inside]] == docs[inside]
+        out[at[hit]] = values[hit]
+    else:
+        at = np.searchsorted(docs, rows)
+        inside = at < len(docs)
+        hit = np.zeros(len(rows), dtype=bool)
+        hit[inside] = docs[at[inside]] == rows[inside]
+        out[hit] = values[at[hit]]
+    return out
+
+
 class _TopK:
-    """One exact top-k search with the MaxScore bound (see the module docstring)."""
+    """One exact top-k search with the MaxScore bound (see the module docstring).
+
+    Terms are read from the highest possible contribution down, their contributions added into a
+    per-thread score buffer (partial scores, in whatever order) while the k-th best partial score
+    is tracked; once the terms left could not lift a passage that none of the read terms touched
+    to that score, their lists are not read. The passages that could still reach it are then scored
+    exactly, every query term's contribution added in query order as bm25s adds them."""
 
     def __init__(self, index: BM25Index, query: list[int], k: int) -> None:
         self.index, self.query, self.k = index, query, k
         self.lists: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self.docs = np.zeros(0, dtype=np.int32)  # candidates scored exactly, sorted by row
-        self.values = np.zeros(0, dtype=np.float32)
 
     def _list(self, t: int) -> tuple[np.ndarray, np.ndarray]:
         held = self.lists.get(t)
         if held is None:
-            held = self.lists[t] = self.index.postings(t)
+            docs, values = self.index.postings(t)
+            held = self.lists[t] = (np.asarray(docs), np.asarray(values))
         return held
 
-    def _exact(self, rows: np.ndarray) -> np.ndarray:
-        """Full scores of sorted ``rows`` over every query term, added in query order as float32."""
-        found: dict[int, np.ndarray] = {}
-        for t in dict.fromkeys(self.query):
-            docs, values = self._list(t)
-            part = np.zeros(len(rows), dtype=np.float32)
-            if len(docs) <= 8 * len(rows):
-                at = np.searchsorted(rows, docs)
-                inside = at < len(rows)
-                hit = np.zeros(len(docs), dtype=bool)
-                hit[inside] = rows[at[inside]] == docs[inside]
-                part[at[hit]] = values[hit]
-            else:
-                at = np.searchsorted(docs, rows)
-                inside = at < len(docs)
-                hit = np.zeros(len(rows), dtype=bool)
-                hit[inside] = docs[at[inside]] == rows[inside]
-                part[hit] = values[at[hit]]
-            found[t] = part
-        out = np.zeros(len(rows), dtype=np.float32)
-        for t in self.query:
-            out += found[t]
-        return out
-
-    def _admit(self, rows: np.ndarray) -> None:
-        """Score rows not yet candidates and merge them in."""
-        rows = np.unique(rows)
-        if len(self.docs):
-            at = np.searchsorted(self.docs, rows)
-            inside = at < len(self.docs)
-            seen = np.zeros(len(rows), dtype=bool)
-            seen[inside] = self.docs[at[inside]] == rows[inside]
-            rows = rows[~seen]
-        if not len(rows):
-            return
-        values = self._exact(rows)
-        docs = np.concatenate([self.docs, rows])
-        order = np.argsort(docs, kind="stable")
-        self.docs, self.values = docs[order], np.concatenate([self.values, values])[order]
-
-    def _threshold(self) -> float:
-        """The k-th best positive score among the candidates, or 0 when there are fewer than k."""
-        positive = self.values[self.values > 0]
+    def _kth(self, values: np.ndarray) -> float:
+        positive = values[values > 0]
         if len(positive) < self.k:
             return 0.0
         return float(np.partition(positive, len(positive) - self.k)[len(positive) - self.k])
@@ -900,39 +900,87 @@ class _TopK:
     def run(self) -> tuple[np.ndarray, np.ndarray]:
         if self.k < 1 or not self.query:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        index = self.index
         mult = Counter(self.query)
-        bound = {t: mult[t] * float(self.index.term_max[t]) for t in mult}
-        order = sorted(mult, key=lambda t: (-bound[t], self.index.df(t)))
+        bound = {t: mult[t] * float(index.term_max[t]) for t in mult}
+        order = sorted(mult, key=lambda t: (-bound[t], index.df(t)))
+        acc, seen = _scratch.buffers(index.n)
         left = sum(bound.values())
         theta = 0.0
-        for t in order:
-            if theta > 0 and left * (1 + EPSILON) < theta:
-                break  # no passage outside the candidates can reach the k-th score
-            docs, values = self._list(t)
-            rest = left - bound[t]
-            if theta <= 0 and len(docs) > 4 * self.k:
-                # a first threshold from this list's best passages, so the list need not be taken whole
-                best = np.argpartition(values, len(values) - self.k)[len(values) - self.k:]
-                self._admit(np.asarray(docs[best]))
-                theta = self._threshold()
-            if theta > 0:
-                keep = (values.astype(np.float64) * mult[t] + rest) * (1 + EPSILON) >= theta
-                self._admit(np.asarray(docs[keep]))
-            else:
-                self._admit(np.asarray(docs))
-            theta = self._threshold()
-            left = rest
-        positive = self.values > 0
-        docs, values = self.docs[positive], self.values[positive]
-        if len(docs) > self.k:
-            kth = np.partition(values, len(values) - self.k)[len(values) - self.k]
-            above = values > kth
-            tied = np.flatnonzero(values == kth)[: self.k - int(above.sum())]  # rows are sorted: lowest win
-            keep = np.concatenate([np.flatnonzero(above), tied])
-            docs, values = docs[keep], values[keep]
-        order = np.lexsort((docs, -values))
-        return docs[order].astype(np.int64), values[order]
+        best = np.zeros(0, dtype=np.int32)  # the passages of the k best partial scores so far
+        parts: list[np.ndarray] = []
+        try:
+            for t in order:
+                if theta > 0 and left * (1 + EPSILON) < theta * (1 - EPSILON):
+                    break  # no passage outside those read can reach the k-th partial score
+                docs, values = self._list(t)
+                fresh = docs[~seen[docs]]
+                seen[fresh] = True
+                parts.append(fresh)  # recorded before any score is added, so the buffers are always cleared
+                acc[docs] += values * np.float32(mult[t])
+                left -= bound[t]
+                # Only this list's passages changed score: the new k best are among them and the old k best.
+                if len(best):
+                    at = np.minimum(np.searchsorted(docs, best), len(docs) - 1)
+                    best = best[docs[at] != best]
+                pool = np.concatenate([best, docs]) if len(best) else docs
+                scores = acc[pool]
+                if len(pool) > self.k:
+                    top = np.argpartition(scores, len(pool) - self.k)[len(pool) - self.k:]
+                    best, scores = pool[top], scores[top]
+                else:
+                    best = pool
+                theta = self._kth(scores)
+            touched = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
+            parts = [touched]
+            ceiling = acc[touched] + np.float32(left)  # no passage can score above its partial plus the unread
+            keep = ceiling * (1 + EPSILON) >= theta * (1 - EPSILON)
+            candidates, ceiling = touched[keep], ceiling[keep]
+        finally:
+            for part in parts:
+                acc[part] = 0
+                seen[part] = False
+        # Exact scores, best ceilings first, until no ceiling left can reach the k-th exact score.
+        order = np.argsort(-ceiling, kind="stable")
+        block = max(4 * self.k, 256)
+        rows_parts, value_parts = [], []
+        exact_kth = 0.0
+        start = 0
+        while start < len(order):
+            picked = order[start:start + block]
+            start += len(picked)
+            block *= 2  # few rounds: each costs a binary search per query term
+            if exact_kth > 0 and float(ceiling[picked[0]]) * (1 + EPSILON) < exact_kth * (1 - EPSILON):
+                break
+            rows = np.sort(candidates[picked])
+            rows_parts.append(rows)
+            value_parts.append(self._exact(rows, mult))
+            exact_kth = self._kth(np.concatenate(value_parts))
+        if not rows_parts:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        rows, values = np.concatenate(rows_parts), np.concatenate(value_parts)
+        order = np.argsort(rows, kind="stable")
+        return full_top_k_of(rows[order], values[order], self.k)
+
+    def _exact(self, rows: np.ndarray, mult: Counter) -> np.ndarray:
+        """Scores of sorted ``rows``: every query term's contribution added in query order, repeats included,
+        as float32 (the sums bm25s makes)."""
+        found = {t: lookup(rows, *self._list(t)) for t in mult}
+        values = np.zeros(len(rows), dtype=np.float32)
+        for t in self.query:
+            values += found[t]
+        return values
 
 
-def print_stderr(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+def full_top_k_of(rows: np.ndarray, values: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k best positive ``values`` of sorted ``rows``, ties to the lowest row."""
+    positive = values > 0
+    rows, values = rows[positive], values[positive]
+    if len(rows) > k:
+        kth = np.partition(values, len(values) - k)[len(values) - k]
+        above = values > kth
+        tied = np.flatnonzero(values == kth)[: k - int(above.sum())]  # rows are sorted: lowest win
+        keep = np.concatenate([np.flatnonzero(above), tied])
+        rows, values = rows[keep], values[keep]
+    order = np.lexsort((rows, -values))
+    return rows[order].astype(np.int64), values[order]
