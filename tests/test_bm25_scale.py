@@ -110,9 +110,10 @@ def test_streaming_build_bounded_memory_killed_and_resumed(dpr_tsv: Path, tmp_pa
     for query in ("kalomi nesaru", "Colisee 1958", "straße toviza"):
         ids = whole._term_ids(query)
         assert ids, query
-        rows, scores = resumed.top_k(ids, 10, strategy="maxscore")
         expected = whole.index.top_k(ids, 10, strategy="full")
-        assert rows.tolist() == expected[0].tolist() and scores.tolist() == expected[1].tolist()
+        for strategy in ("accumulate", "maxscore"):
+            rows, scores = resumed.top_k(ids, 10, strategy=strategy)
+            assert rows.tolist() == expected[0].tolist() and scores.tolist() == expected[1].tolist(), strategy
         assert [h.passage.id for h in whole.search(query, 10)] == [str(r + 1) for r in rows.tolist()]
 
 
@@ -173,7 +174,7 @@ def test_same_top10_as_bm25s_in_memory_on_the_benchmark_pool(benchmark_retriever
         expected = full_top_k(reference.get_scores_from_ids(ids), 10) if ids else (np.zeros(0), np.zeros(0))
         mine = retriever._term_ids(question)
         same = True
-        for strategy in ("full", "maxscore"):
+        for strategy in ("full", "accumulate", "maxscore"):
             rows, scores = retriever.index.top_k(mine, 10, strategy=strategy)
             same &= rows.tolist() == expected[0].tolist() and scores.tolist() == expected[1].tolist()
         agree += same

@@ -32,12 +32,15 @@ in float32 in query-term order), so the on-disk index returns the same scores, b
 the same top-k as the in-memory bm25s index it replaces (tests/test_bm25_scale.py checks this
 on the benchmark pool).
 
-**A search** reads only the posting lists of the query's terms and is exact. Terms are visited
-from the highest possible contribution down; once the k-th best exact score found so far exceeds
-what any passage made only of the terms not yet visited could reach, the rest are never read
-(the MaxScore bound). Passages met in a list are kept only if their contribution there plus the
-bound of the unvisited terms can still reach the k-th score, and the survivors are scored
-exactly over all query terms. Ties at the k-th score go to the lowest corpus position, as before.
+**A search** is exact and reads only the posting lists of the query's terms. Up to a million
+passages it scores every passage in one array (``full``, as bm25s does); above, it adds the
+lists into a per-thread score buffer that is cleared after each search and reads back only the
+postings' passages (``accumulate``), so its cost follows the lists, not the corpus. A third
+strategy, ``maxscore``, skips the lists whose terms cannot lift any unseen passage to the k-th
+score (the MaxScore bound); it returns the same results, but on the synthetic DPR corpus, whose
+words are drawn independently so that few passages share several query terms, the bound prunes
+little and it was slower than ``accumulate`` (benchmarks/results/corpus_scale_21m.md). Ties at
+the k-th score go to the lowest corpus position, as before.
 """
 
 from __future__ import annotations
@@ -802,17 +805,43 @@ class BM25Index:
         """(rows, scores) of the k best passages with a positive score, best first, ties by row.
 
         ``strategy``: ``full`` scores every passage (cheapest up to about a million passages),
-        ``maxscore`` reads only what the MaxScore bound needs (what large corpora use); ``auto``
-        chooses by corpus size. Both return the same passages and scores."""
+        ``accumulate`` adds the query's lists into a reusable buffer (cost of the lists, not of the
+        corpus), ``maxscore`` reads only what the MaxScore bound needs; ``auto`` chooses. All
+        return the same passages and scores."""
         if strategy == "auto":
-            strategy = "full" if self.n <= FULL_SCORING_UP_TO else "maxscore"
+            strategy = "full" if self.n <= FULL_SCORING_UP_TO else "accumulate"
+        if k < 1 or not term_ids:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
         if strategy == "full":
-            if k < 1 or not term_ids:
-                return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
             return full_top_k(self.scores(term_ids), k)
+        if strategy == "accumulate":
+            return self._accumulate(list(term_ids), k)
         if strategy != "maxscore":
             raise ValueError(f"unknown search strategy {strategy!r}")
         return _TopK(self, list(term_ids), k).run()
+
+    def _accumulate(self, term_ids: list[int], k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Every list of the query added, in query order, into the per-thread score buffer: the exact sums
+        of ``full``, at the cost of the lists instead of the corpus size.
+
+        A passage appears at most once per distinct term, so the k-th passage's score is at least the
+        (k x terms)-th largest of the scores read back at every posting: the passages at or above it
+        hold the k best, ties included."""
+        acc, _ = _scratch.buffers(self.n)
+        lists = {t: tuple(np.asarray(a) for a in self.postings(t)) for t in dict.fromkeys(term_ids)}
+        every = np.concatenate([docs for docs, _ in lists.values()])
+        try:
+            for t in term_ids:  # query order, repeats included
+                docs, values = lists[t]
+                acc[docs] += values
+            values = acc[every]
+            take = min(len(every), k * len(lists))
+            floor = np.partition(values, len(values) - take)[len(values) - take] if take else 0
+            rows = np.unique(every[values >= floor])
+            scores = acc[rows]
+        finally:
+            acc[every] = 0
+        return full_top_k_of(rows, scores, k)
 
 
 def full_top_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
