@@ -206,3 +206,13 @@ def test_batch_analysis_finds_the_words_the_query_tokenizer_finds() -> None:
             found[-1].append(token.decode())
     tokenizer = Tokenizer()
     assert found == [tokenizer.words(t) for t in texts]
+
+
+def test_every_trace_records_the_corpus_health(demo_retriever) -> None:
+    from explorer.runtime import corpus_facts
+
+    health = corpus_facts(demo_retriever, "demo")["health"]
+    assert health["passages"] == len(demo_retriever) == 174 and health["expected_passages"] is None
+    assert health["count_ok"] and health["ok"] and health["index_bytes"] > 0 and health["store_bytes"] > 0
+    probe = health["distinct_queries"]
+    assert probe["queries"] == 5 and probe["distinct"] == probe["answered"] == 5
