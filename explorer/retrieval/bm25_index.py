@@ -285,9 +285,16 @@ _worker_settings: TokenizerSettings | None = None
 _worker_indexer = WordIndexer()
 
 
-def _worker_init(store_folder: str, settings: TokenizerSettings) -> None:
+def _worker_init(store_folder: str, settings: TokenizerSettings, parent: int) -> None:
     global _worker_store, _worker_settings
     _worker_store, _worker_settings = PassageStore(Path(store_folder)), settings
+
+    def exit_with_parent() -> None:  # a build killed outright must not leave its workers behind
+        while os.getppid() == parent:
+            time.sleep(1)
+        os._exit(0)
+
+    threading.Thread(target=exit_with_parent, daemon=True).start()
 
 
 def _worker_analyse(start: int, stop: int) -> BatchWords:
@@ -476,7 +483,7 @@ class BM25IndexBuild:
         # each worker holds one batch's strings; the results waiting here hold ~12 bytes per token
         self.ledger.hold("analysis", self.workers * per_batch + ahead * per_batch // 4)
         with ProcessPoolExecutor(max_workers=self.workers, mp_context=get_context("spawn"), initializer=_worker_init,
-                                 initargs=(str(self.store.folder), self.tokenizer.settings)) as pool:
+                                 initargs=(str(self.store.folder), self.tokenizer.settings, os.getpid())) as pool:
             queue = iter(jobs)
             pending = deque((job, pool.submit(_worker_analyse, job[1], job[2]))
                             for job in itertools.islice(queue, ahead))
@@ -557,9 +564,9 @@ class BM25IndexBuild:
         total = int(indptr[-1])
         if not (work / INDPTR_FILE).is_file() or (work / INDPTR_FILE).stat().st_size != indptr.nbytes:
             indptr.tofile(work / INDPTR_FILE)
-        docs_out = _open_output(work / DOCS_FILE, np.int32, total)
-        scores_out = _open_output(work / SCORES_FILE, np.float32, total)
-        max_out = _open_output(work / TERM_MAX_FILE, np.float32, v)
+        docs_out = _Output(work / DOCS_FILE, np.int32, total)
+        scores_out = _Output(work / SCORES_FILE, np.float32, total)
+        max_out = _Output(work / TERM_MAX_FILE, np.float32, v)
         done = set(state.get("ranges_done") or [])
         chunk_count = int(state["chunks_done"])
         chunks = [self._open_chunk(c, int(state["chunk_passages"])) for c in range(chunk_count)]
@@ -580,11 +587,12 @@ class BM25IndexBuild:
                     continue
                 parts_t, parts_d, parts_f = [], [], []
                 for chunk in chunks:
-                    lo, hi = np.searchsorted(chunk["terms"], [t0, t1])
-                    if hi > lo:
-                        parts_t.append(chunk["terms"][lo:hi])
-                        parts_d.append(chunk["rows"][lo:hi].astype(np.int32) + np.int32(chunk["base"]))
-                        parts_f.append(chunk["tf"][lo:hi])
+                    lo, hi = (int(x) for x in np.searchsorted(chunk["terms"], [t0, t1]))
+                    if hi > lo:  # read, not mapped: the pages stay in the page cache, out of this process
+                        parts_t.append(_read_slice(chunk["folder"] / "terms.i32", np.int32, lo, hi))
+                        parts_d.append(_read_slice(chunk["folder"] / "rows.bin", chunk["rows_dtype"], lo, hi)
+                                       .astype(np.int32) + np.int32(chunk["base"]))
+                        parts_f.append(_read_slice(chunk["folder"] / "tf.bin", chunk["tf_dtype"], lo, hi))
                 terms = np.concatenate(parts_t) if parts_t else np.zeros(0, np.int32)
                 docs = np.concatenate(parts_d) if parts_d else np.zeros(0, np.int32)
                 tf = np.concatenate(parts_f) if parts_f else np.zeros(0, np.uint16)
@@ -603,13 +611,11 @@ class BM25IndexBuild:
                     scores[part] = contributions(method, repeated[part], tf[part], lengths[docs[part]], avgdl, k1, b)
                 del repeated
                 a, z = int(indptr[t0]), int(indptr[t1])
-                docs_out[a:z] = docs
-                scores_out[a:z] = scores
+                docs_out.write(a, docs)
+                scores_out.write(a, scores)
                 starts = (indptr[t0:t1] - a).astype(np.int64)
-                max_out[t0:t1] = np.maximum.reduceat(scores, starts) if len(scores) else 0
-                docs_out.flush()
-                scores_out.flush()
-                max_out.flush()
+                maxima = np.maximum.reduceat(scores, starts) if len(scores) else np.zeros(t1 - t0, np.float32)
+                max_out.write(t0, maxima.astype(np.float32))
                 self.ledger.drop("range")
                 done.add(i)
                 state["ranges_done"] = sorted(done)
@@ -617,20 +623,18 @@ class BM25IndexBuild:
                 bar.update(z - a)
         finally:
             bar.close()
-        del docs_out, scores_out, max_out
+        for output in (docs_out, scores_out, max_out):
+            output.close()
         self.avgdl = float(avgdl)
 
     def _open_chunk(self, c: int, size: int) -> dict[str, Any]:
         folder = self._chunk_dir(c)
         meta = read_json(folder / "meta.json") or {}
+        # The term column is mapped for its binary searches (a few pages each); the slices are read.
         return {"terms": np.memmap(folder / "terms.i32", dtype=np.int32, mode="r") if meta["pairs"] else
-                np.zeros(0, np.int32),
-                "rows": np.memmap(folder / "rows.bin", dtype=meta["rows_dtype"], mode="r") if meta["pairs"] else
-                np.zeros(0, np.uint16),
-                "tf": np.memmap(folder / "tf.bin", dtype=meta["tf_dtype"], mode="r") if meta["pairs"] else
-                np.zeros(0, np.uint16),
-                "lengths": np.fromfile(folder / "lengths.i32", dtype=np.int32),
-                "base": c * size}
+                np.zeros(0, np.int32), "folder": folder, "rows_dtype": np.dtype(meta["rows_dtype"]),
+                "tf_dtype": np.dtype(meta["tf_dtype"]),
+                "lengths": np.fromfile(folder / "lengths.i32", dtype=np.int32), "base": c * size}
 
     # --- the vocabulary and the manifest --------------------------------------------------------
 
@@ -670,15 +674,32 @@ def _add_counts(df: np.ndarray, terms: np.ndarray, size: int) -> np.ndarray:
     return df
 
 
-def _open_output(path: Path, dtype: Any, count: int) -> np.memmap:
-    """A preallocated output file (sparse until written), opened for writing; kept across a resume."""
-    size = int(np.dtype(dtype).itemsize * count)
-    if not path.is_file() or path.stat().st_size != size:
-        with open(path, "wb") as stream:
-            stream.truncate(size)
-    if count == 0:
-        return np.zeros(0, dtype=dtype)  # type: ignore[return-value]
-    return np.memmap(path, dtype=dtype, mode="r+", shape=(count,))
+class _Output:
+    """A preallocated output file (sparse until written) filled by positioned writes, not a mapping, so
+    the written pages never count in the build's resident memory. Kept as is across a resume."""
+
+    def __init__(self, path: Path, dtype: Any, count: int) -> None:
+        self.itemsize = np.dtype(dtype).itemsize
+        size = self.itemsize * count
+        if not path.is_file() or path.stat().st_size != size:
+            with open(path, "wb") as stream:
+                stream.truncate(size)
+        self.fd = os.open(path, os.O_WRONLY)
+
+    def write(self, at: int, values: np.ndarray) -> None:
+        data = memoryview(np.ascontiguousarray(values)).cast("B")
+        offset = at * self.itemsize
+        while len(data):
+            written = os.pwrite(self.fd, data, offset)
+            data, offset = data[written:], offset + written
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def _read_slice(path: Path, dtype: Any, lo: int, hi: int) -> np.ndarray:
+    dtype = np.dtype(dtype)
+    return np.fromfile(path, dtype=dtype, count=hi - lo, offset=lo * dtype.itemsize)
 
 
 _FINGERPRINT_FIELDS = ("version", "key", "passages", "vocabulary", "postings", "tokens", "avgdl", "method", "k1", "b")

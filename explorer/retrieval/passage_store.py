@@ -17,7 +17,8 @@ manifest.json   counts, the fingerprint and where the passages came from; writte
 ==============  ===================================================================================
 
 A process holds the offsets and hashes as memory maps, never the text: opening takes
-milliseconds, and the text of a passage is read from the page cache when it is asked for.
+milliseconds, and the text of a passage is read (``pread``, so the file is never mapped into the
+process) from the page cache when it is asked for.
 
 The build reads the source once (any format of :mod:`explorer.retrieval.formats`), cuts each
 document into passages of at most 100 words, and appends. It checkpoints every
@@ -36,6 +37,7 @@ import mmap
 import os
 import shutil
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from itertools import islice
 from pathlib import Path
@@ -117,8 +119,10 @@ class PassageStore(Sequence[Passage]):
         self.words = np.memmap(self.folder / WORDS_FILE, dtype=np.int32, mode="r")
         self._hashes = np.memmap(self.folder / ID_HASH_FILE, dtype=np.uint64, mode="r")
         self._rows = np.memmap(self.folder / ID_ROWS_FILE, dtype=np.int64, mode="r")
-        with open(self.folder / RECORDS_FILE, "rb") as stream:
-            self._records = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
+        # Records are read with pread, not mapped: a 13 GB file read through a mapping would count in
+        # the process's resident memory; read this way it lives in the kernel's page cache only.
+        self._fd = os.open(self.folder / RECORDS_FILE, os.O_RDONLY)
+        weakref.finalize(self, os.close, self._fd)
         if int(self.offsets[-1]) != expected[RECORDS_FILE] or int(self.offsets[0]) != 0:
             raise CorpusError("the passage store's offsets do not match its records", where=str(self.folder),
                               fix=_fix_for_damage(self.folder))
@@ -141,9 +145,20 @@ class PassageStore(Sequence[Passage]):
     def __len__(self) -> int:
         return self._n
 
+    def _read(self, start: int, end: int) -> bytes:
+        """Bytes [start, end) of the records file (safe from any thread: pread has its own offset)."""
+        data = os.pread(self._fd, end - start, start)
+        while len(data) < end - start:  # a short read, possible for very large requests
+            more = os.pread(self._fd, end - start - len(data), start + len(data))
+            if not more:
+                raise CorpusError("the passage store's records file is shorter than its offsets say",
+                                  where=str(self.folder / RECORDS_FILE), fix=_fix_for_damage(self.folder))
+            data += more
+        return data
+
     def _record(self, row: int) -> Passage:
         start, end = int(self.offsets[row]), int(self.offsets[row + 1])
-        pid, title, text = self._records[start:end - 1].decode("utf-8").split(FIELD, 2)
+        pid, title, text = self._read(start, end - 1).decode("utf-8").split(FIELD, 2)
         return Passage(id=pid, title=title, text=text)
 
     @overload
@@ -184,11 +199,11 @@ class PassageStore(Sequence[Passage]):
         """The raw records of rows [start, stop) as strings ``id\\x1ftitle\\x1ftext`` (builds read these)."""
         if stop <= start:
             return []
-        blob = self._records[int(self.offsets[start]):int(self.offsets[stop])].decode("utf-8")
+        blob = self._read(int(self.offsets[start]), int(self.offsets[stop])).decode("utf-8")
         records = blob.split(END)
         records.pop()  # the empty string after the last terminator
         if len(records) != stop - start:  # a text holding the terminator character itself
-            records = [self._records[int(self.offsets[r]):int(self.offsets[r + 1]) - 1].decode("utf-8")
+            records = [self._read(int(self.offsets[r]), int(self.offsets[r + 1]) - 1).decode("utf-8")
                        for r in range(start, stop)]
         return records
 
@@ -201,8 +216,8 @@ class PassageStore(Sequence[Passage]):
         while at < self._n and self._hashes[at] == key:
             row = int(self._rows[at])
             start = int(self.offsets[row])
-            head = self._records[start:start + len(passage_id.encode("utf-8")) + 1]
-            if head == (passage_id + FIELD).encode("utf-8"):
+            wanted = (passage_id + FIELD).encode("utf-8")
+            if self._read(start, min(start + len(wanted), int(self.offsets[row + 1]))) == wanted:
                 return row
             at += 1
         return None
