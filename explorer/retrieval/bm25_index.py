@@ -65,6 +65,7 @@ from typing import Any
 import numpy as np
 
 from explorer.errors import CorpusError
+from explorer.retrieval import bm25_kernel
 from explorer.retrieval.building import (
     MIB,
     BuildFolder,
@@ -843,12 +844,20 @@ class BM25Index:
 
     def _accumulate(self, term_ids: list[int], k: int) -> tuple[np.ndarray, np.ndarray]:
         """Every list of the query added, in query order, into the per-thread score buffer: the exact sums
-        of ``full``, at the cost of the lists instead of the corpus size.
+        of ``full``, at the cost of the lists instead of the corpus size (compiled when numba is there).
 
         A passage appears at most once per distinct term, so the k-th passage's score is at least the
         (k x terms)-th largest of the scores read back at every posting: the passages at or above it
         hold the k best, ties included."""
-        acc, _ = _scratch.buffers(self.n)
+        acc, seen = _scratch.buffers(self.n)
+        if bm25_kernel.available():
+            distinct = list(dict.fromkeys(term_ids))
+            position = {t: i for i, t in enumerate(distinct)}
+            starts = np.asarray([self.indptr[t] for t in distinct], dtype=np.int64)
+            ends = np.asarray([self.indptr[t + 1] for t in distinct], dtype=np.int64)
+            return bm25_kernel.top_k(np.asarray(self.docs), np.asarray(self.scores_data), starts, ends,
+                                     np.asarray([position[t] for t in term_ids], dtype=np.int64),
+                                     np.arange(len(distinct), dtype=np.int64), acc, seen, k)
         lists = {t: tuple(np.asarray(a) for a in self.postings(t)) for t in dict.fromkeys(term_ids)}
         every = np.concatenate([docs for docs, _ in lists.values()])
         try:
