@@ -576,6 +576,12 @@ class BM25IndexBuild:
         self.ledger.hold("term offsets", indptr.nbytes)
         ranges = [(int(a), int(z)) for a, z in state.get("ranges") or self._ranges(df)]
         state["ranges"] = [list(r) for r in ranges]
+        edges = np.asarray([r[0] for r in ranges] + [ranges[-1][1]] if ranges else [0], dtype=np.int64)
+        for chunk in chunks:  # where each range starts in each chunk, from one read of its term column
+            terms_file = chunk["folder"] / "terms.i32"
+            column = np.fromfile(terms_file, dtype=np.int32) if terms_file.is_file() else np.zeros(0, np.int32)
+            chunk["bounds"] = np.searchsorted(column, edges)
+            del column
         avgdl = np.float64(total_tokens) / self.n
         method, k1, b = self.settings.method, self.settings.k1, self.settings.b
         idf_cache: dict[int, np.float32] = {}
@@ -588,7 +594,7 @@ class BM25IndexBuild:
                     continue
                 parts_t, parts_d, parts_f = [], [], []
                 for chunk in chunks:
-                    lo, hi = (int(x) for x in np.searchsorted(chunk["terms"], [t0, t1]))
+                    lo, hi = int(chunk["bounds"][i]), int(chunk["bounds"][i + 1])
                     if hi > lo:  # read, not mapped: the pages stay in the page cache, out of this process
                         parts_t.append(_read_slice(chunk["folder"] / "terms.i32", np.int32, lo, hi))
                         parts_d.append(_read_slice(chunk["folder"] / "rows.bin", chunk["rows_dtype"], lo, hi)
@@ -631,9 +637,8 @@ class BM25IndexBuild:
     def _open_chunk(self, c: int, size: int) -> dict[str, Any]:
         folder = self._chunk_dir(c)
         meta = read_json(folder / "meta.json") or {}
-        # The term column is mapped for its binary searches (a few pages each); the slices are read.
-        return {"terms": np.memmap(folder / "terms.i32", dtype=np.int32, mode="r") if meta["pairs"] else
-                np.zeros(0, np.int32), "folder": folder, "rows_dtype": np.dtype(meta["rows_dtype"]),
+        # Nothing is mapped: a binary search in a mapped column reads the whole file into the process.
+        return {"folder": folder, "rows_dtype": np.dtype(meta["rows_dtype"]),
                 "tf_dtype": np.dtype(meta["tf_dtype"]),
                 "lengths": np.fromfile(folder / "lengths.i32", dtype=np.int32), "base": c * size}
 
