@@ -187,7 +187,7 @@ def test_batch_analysis_finds_the_words_the_query_tokenizer_finds() -> None:
     fractions, scripts without case, control characters, and random characters from many blocks)."""
     import random
 
-    from explorer.retrieval.bm25_index import SENTINEL_BYTES, words_of_batch
+    from explorer.retrieval.bm25_analysis import SENTINEL_BYTES, words_of_batch
     from explorer.retrieval.tokenizer import Tokenizer, TokenizerSettings
 
     texts = ["ΟΔΟΣ Σ aΣ b ΑΣ.", "İstanbul İ", "½ ¹ ² ③ ⅷ", "cafe\u0301s café", "ＦＵＬＬ ｗｉｄｔｈ！",

@@ -2,12 +2,13 @@
 
 The index (:mod:`explorer.retrieval.bm25_index`) stores, for every term, the BM25 contribution
 of every passage that contains it (what bm25s keeps in memory as a CSC matrix), term-major in
-files under the cache. It is built by a streaming, resumable build whose memory is bounded by a
-budget whatever the corpus size, and opened memory-mapped: the DPR Wikipedia dump (21M
-passages) opens in well under a second and holds little resident memory; a query reads the
-posting lists of its own terms (benchmarks/bench_corpus_scale.py measures both, results in
-BENCHMARKS.md). On the ~15,500-passage benchmark pool the top-10 of every benchmark question is
-the same as bm25s 0.3.16's in memory (tests/test_bm25_scale.py).
+files under the cache. It is written by a streaming, resumable build
+(:mod:`explorer.retrieval.bm25_build`) whose memory is bounded by a budget whatever the corpus
+size, and opened memory-mapped: the DPR Wikipedia dump (21M passages) opens in milliseconds and
+holds little resident memory; a query reads the posting lists of its own terms
+(benchmarks/bench_corpus_scale.py measures both, results in BENCHMARKS.md). On the
+~15,500-passage benchmark pool the top-10 of every benchmark question is the same as bm25s
+0.3.16's in memory (tests/test_bm25_scale.py, benchmarks/bench_bm25_disk.py).
 
 Scoring is the Lucene variant that Elasticsearch, and so the dynamic-RAG papers, use:
 
@@ -41,15 +42,8 @@ import numpy as np
 from explorer.errors import ConfigError, CorpusError
 from explorer.paths import cache_dir
 from explorer.retrieval.base import Hit, Passage
-from explorer.retrieval.bm25_index import (
-    DEFAULT_MEMORY_BUDGET,
-    ENGINE,
-    INDEX_VERSION,
-    MANIFEST_FILE,
-    BM25Index,
-    BM25IndexBuild,
-    BuildSettings,
-)
+from explorer.retrieval.bm25_build import DEFAULT_MEMORY_BUDGET, BM25IndexBuild, BuildSettings
+from explorer.retrieval.bm25_index import ENGINE, INDEX_VERSION, MANIFEST_FILE, BM25Index
 from explorer.retrieval.building import prune_abandoned_builds, slug
 from explorer.retrieval.corpora import Corpus
 from explorer.retrieval.index_cache import prune_stale
