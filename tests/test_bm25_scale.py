@@ -23,6 +23,7 @@ import pytest
 
 from explorer.errors import CorpusError
 from explorer.retrieval import bm25 as bm25_module
+from explorer.retrieval import bm25_kernel
 from explorer.retrieval.bm25 import BM25Retriever, bm25s_in_memory
 from explorer.retrieval.bm25_index import MANIFEST_FILE, BM25Index, full_top_k
 from explorer.retrieval.corpora import load_corpus
@@ -216,3 +217,29 @@ def test_every_trace_records_the_corpus_health(demo_retriever) -> None:
     assert health["count_ok"] and health["ok"] and health["index_bytes"] > 0 and health["store_bytes"] > 0
     probe = health["distinct_queries"]
     assert probe["queries"] == 5 and probe["distinct"] == probe["answered"] == 5
+
+
+@pytest.mark.skipif(not bm25_kernel.available(), reason="numba is not installed (requirements.txt installs it)")
+@pytest.mark.parametrize("block", [64, 4096, 1 << 18])
+def test_the_compiled_search_block_by_block_equals_full_scoring(block: int) -> None:
+    """Postings spread over many blocks (and repeated query terms) give the full scoring's k best and sums."""
+    rng = np.random.default_rng(block)
+    n, terms = 50_000, 6
+    lists = [np.sort(rng.choice(n, size=size, replace=False)).astype(np.int32)
+             for size in (5, 300, 4_000, 20_000, 49_999, 1)]
+    values = [rng.integers(1, 40, size=len(docs)).astype(np.float32) / 8 for docs in lists]  # ties aplenty
+    docs, scores = np.concatenate(lists), np.concatenate(values)
+    ends = np.cumsum([len(d) for d in lists]).astype(np.int64)
+    starts = ends - np.asarray([len(d) for d in lists], dtype=np.int64)
+    for query in ([0, 1, 2], [3, 2, 3, 4], [5], list(range(terms)), [4, 4]):
+        distinct = list(dict.fromkeys(query))  # as the index passes them: each list once, then the query order
+        order = np.asarray([distinct.index(t) for t in query], dtype=np.int64)
+        full = np.zeros(n, dtype=np.float32)
+        for t in query:
+            full[lists[t]] += values[t]
+        acc = np.zeros(block, dtype=np.float32)
+        for k in (1, 10, 200):
+            rows, got = bm25_kernel.top_k(docs, scores, starts[distinct], ends[distinct], order, acc, n, k)
+            expected = full_top_k(full, k)
+            assert rows.tolist() == expected[0].tolist() and got.tolist() == expected[1].tolist(), (query, k)
+            assert not acc.any(), "the block buffer is left cleared"

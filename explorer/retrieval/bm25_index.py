@@ -21,8 +21,9 @@ in-memory bm25s index it replaces (tests/test_bm25_scale.py checks this on the b
 **A search** is exact and reads only the posting lists of the query's terms. Up to a million
 passages it scores every passage in one array (``full``, as bm25s does); above, it adds the
 lists into a per-thread score buffer that is cleared after each search and reads back only the
-postings' passages (``accumulate``, compiled with numba where it is installed), so its cost
-follows the lists, not the corpus. A third strategy, ``maxscore``, skips the lists whose terms
+postings' passages (``accumulate``); compiled with numba where it is installed, it goes block by
+block through the corpus with a cache-sized buffer. Its cost follows the lists, not the corpus.
+A third strategy, ``maxscore``, skips the lists whose terms
 cannot lift any unseen passage to the k-th score (the MaxScore bound); it returns the same
 results, but on the synthetic DPR corpus, whose words are drawn independently so that few
 passages share several query terms, the bound prunes little and it was slower than
@@ -215,7 +216,6 @@ class BM25Index:
         A passage appears at most once per distinct term, so the k-th passage's score is at least the
         (k x terms)-th largest of the scores read back at every posting: the passages at or above it
         hold the k best, ties included."""
-        acc, seen = _scratch.buffers(self.n)
         if bm25_kernel.available():
             distinct = list(dict.fromkeys(term_ids))
             position = {t: i for i, t in enumerate(distinct)}
@@ -223,7 +223,8 @@ class BM25Index:
             ends = np.asarray([self.indptr[t + 1] for t in distinct], dtype=np.int64)
             return bm25_kernel.top_k(np.asarray(self.docs), np.asarray(self.scores_data), starts, ends,
                                      np.asarray([position[t] for t in term_ids], dtype=np.int64),
-                                     np.arange(len(distinct), dtype=np.int64), acc, seen, k)
+                                     _scratch.block(), self.n, k)
+        acc, _seen = _scratch.buffers(self.n)
         lists = {t: tuple(np.asarray(a) for a in self.postings(t)) for t in dict.fromkeys(term_ids)}
         every = np.concatenate([docs for docs, _ in lists.values()])
         try:
@@ -266,6 +267,13 @@ class _Scratch(threading.local):
 
     def __init__(self) -> None:
         self.held: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def block(self) -> np.ndarray:
+        """The compiled search's score buffer: one block of passages (see :mod:`explorer.retrieval.bm25_kernel`)."""
+        held = self.held.get(-1)
+        if held is None:
+            held = self.held[-1] = (np.zeros(bm25_kernel.BLOCK, dtype=np.float32), np.zeros(0, dtype=bool))
+        return held[0]
 
     def buffers(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         held = self.held.get(n)
