@@ -112,6 +112,10 @@ def corpus_facts(retriever: Any, spec: str, choice: Any = None) -> dict[str, Any
     describe = getattr(retriever, "describe", None)
     facts = describe() if callable(describe) else {"name": getattr(retriever, "name", spec)}
     facts.setdefault("retriever", getattr(retriever, "kind", "bm25"))
+    if getattr(retriever, "corpus", None) is not None:
+        from explorer.retrieval.health import corpus_health
+
+        facts["health"] = corpus_health(retriever)
     if choice is not None:
         facts["retriever_config"] = choice.recorded()
     return {"spec": spec, **facts}

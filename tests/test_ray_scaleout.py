@@ -355,3 +355,36 @@ def test_workers_open_the_evaluations_retriever_and_attention_backend() -> None:
     assert spec.with_device("cuda").retriever == hybrid  # a GPU worker keeps the retriever
     plain = runtime_spec(EvalSettings(name="p", datasets=["demo"], arms=build_arms(["wo"]), model="random:tiny"))
     assert plain.retriever_choice().recorded() == {"kind": "bm25"}
+
+
+@pytest.mark.slow
+def test_passage_shards_embedded_on_a_ray_worker_are_the_local_vectors(ray_address, tmp_path: Path) -> None:
+    """The dense embedding pass of a large corpus on Ray: shards come back from a worker holding the encoder and
+    are written by the driver; a shard already on disk is not embedded again."""
+    import numpy as np
+
+    from explorer.retrieval import dense_shards
+    from explorer.retrieval.corpora import load_corpus
+    from explorer.retrieval.embeddings import get_encoder
+
+    corpus = load_corpus("demo")
+    store = corpus.store
+    plan = dense_shards.ShardPlan(24, 8)
+    encoder = get_encoder()
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    first = dense_shards.embed_texts(encoder, dense_shards.shard_texts(store, plan, 0), 16)
+    dense_shards.write_shard(folder, 0, first)  # written by an earlier, interrupted run
+    embed = dense_shards.embed_on_ray(store, plan, embedder=None, batch_size=16, workers=1, address=ray_address)
+    returned: list[int] = []
+
+    def counted(todo: list[int]):
+        for i, matrix in embed(todo):
+            returned.append(i)
+            yield i, matrix
+
+    manifest = dense_shards.build_shards(folder, store, encoder.dim, "k", counted, plan=plan)
+    assert sorted(returned) == [1, 2] and manifest["shards"] == 3
+    stored = np.concatenate([np.asarray(s, dtype=np.float32) for s in dense_shards.open_shards(folder, plan)])
+    local = dense_shards.embed_texts(encoder, [p.as_context() for p in store[:24]], 16)
+    assert np.allclose(stored, local, atol=2e-3)

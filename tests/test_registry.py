@@ -182,6 +182,25 @@ def test_cli_corpus_info_and_convert(tmp_path: Path) -> None:
     assert again.returncode == 1 and "--force" in again.stderr
 
 
+def test_cli_corpus_index_and_health_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """A file named like DPR's dump is checked against its known size; the health rows follow the index."""
+    from explorer.cli import main
+
+    monkeypatch.setenv("EXPLORER_CACHE", str(tmp_path / "cache"))
+    dpr = tmp_path / "psgs_w100.tsv"
+    dpr.write_text("id\ttext\ttitle\n1\t\"Aaron was a prophet.\"\tAaron\n2\t\"Lewiston is in Maine.\"\tLewiston\n"
+                   "3\t\"The arena seats 3,677.\"\tColisee\n", encoding="utf-8")
+    assert main(["corpus", "info", str(dpr)]) == 0
+    info = capsys.readouterr().out
+    assert "not built yet" in info and "3 but expected 21,015,324" in info
+    assert main(["corpus", "index", str(dpr), "--memory-budget", "32MB"]) == 0
+    built = capsys.readouterr().out
+    assert "3 but expected 21,015,324 (truncated or another file?)" in built
+    assert "distinct queries  ok (3 distinct result lists for 3 answered of 3 queries)" in built
+    assert "index size" in built and "BM25 index" in built
+
+
 def test_a_method_name_is_registered_once() -> None:
     from explorer.errors import ConfigError
     from explorer.methods.base import METHODS, Method, method_names, register

@@ -427,7 +427,8 @@ def measure(data_dir: Path, *, methods: Sequence[str] = DEFAULT_METHODS, ks: Seq
             heldout = set(clf.metadata.get("test_question_ids", []))
             report.heldout_counts = dict(Counter(i.dataset for i in items if i.qid in heldout))
             dense = retrievers.get("dense")
-            if dense is not None and dense.encoder is clf.encoder and not any(clf.encoder.prompts().values()):
+            if (dense is not None and dense.encoder is clf.encoder and dense.matrix is not None
+                    and not any(clf.encoder.prompts().values())):
                 clf.encoder.remember([p.as_context() for p in dense.corpus.passages], dense.matrix)
             _encode_all(clf.encoder, bm25, items, say)
     blend_limit = blend_limit if blend_limit is not None else limit

@@ -1,11 +1,14 @@
-"""BM25 over a corpus in memory, on bm25s's precomputed sparse score matrix, cached on disk.
+"""BM25 over a corpus, on an on-disk precomputed score matrix opened with memory mapping.
 
-Why bm25s: it stores, for every term, the BM25 contribution of every passage that contains it
-(a CSC matrix), so a query is a sum of a few posting lists plus a top-k selection, all in
-numpy. benchmarks/bench_retrieval.py measures it against rank-bm25 (which rescores the whole
-corpus in Python per query) on the same term lists: on the ~15,500-passage benchmark pool a query
-takes under 0.1 ms against tens of milliseconds with rank-bm25, and at a million passages ~1.6 ms,
-with the index built in under a minute (benchmarks/results/retrieval.md).
+The index (:mod:`explorer.retrieval.bm25_index`) stores, for every term, the BM25 contribution
+of every passage that contains it (what bm25s keeps in memory as a CSC matrix), term-major in
+files under the cache. It is written by a streaming, resumable build
+(:mod:`explorer.retrieval.bm25_build`) whose memory is bounded by a budget whatever the corpus
+size, and opened memory-mapped: the DPR Wikipedia dump (21M passages) opens in milliseconds and
+holds little resident memory; a query reads the posting lists of its own terms
+(benchmarks/bench_corpus_scale.py measures both, results in BENCHMARKS.md). On the
+~15,500-passage benchmark pool the top-10 of every benchmark question is the same as bm25s
+0.3.16's in memory (tests/test_bm25_scale.py, benchmarks/bench_bm25_disk.py).
 
 Scoring is the Lucene variant that Elasticsearch, and so the dynamic-RAG papers, use:
 
@@ -16,7 +19,7 @@ Scoring is the Lucene variant that Elasticsearch, and so the dynamic-RAG papers,
 with Elasticsearch's defaults k1 = 1.2, b = 0.75. A passage is indexed as its title followed by
 its text, since the title is often the only place the entity is named.
 
-Searches only read arrays that never change after loading, so any number of threads may search
+Searches only read files that never change after the build, so any number of threads may search
 at once without a lock. Passages that share no term with the query are never returned, and ties
 are broken by corpus order, so results are deterministic.
 """
@@ -25,8 +28,10 @@ from __future__ import annotations
 
 import json
 import logging
-import re
+import shutil
+import tempfile
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from hashlib import blake2b
@@ -37,13 +42,19 @@ import numpy as np
 from explorer.errors import ConfigError, CorpusError
 from explorer.paths import cache_dir, portable_path
 from explorer.retrieval.base import Hit, Passage
+from explorer.retrieval.bm25_build import DEFAULT_MEMORY_BUDGET, BM25IndexBuild, BuildSettings
+from explorer.retrieval.bm25_index import ENGINE, INDEX_VERSION, MANIFEST_FILE, BM25Index
+from explorer.retrieval.building import prune_abandoned_builds, slug
 from explorer.retrieval.corpora import Corpus
-from explorer.retrieval.index_cache import load_stored, prune_stale, store_folder
+from explorer.retrieval.index_cache import prune_stale
 from explorer.retrieval.tokenizer import Tokenizer, TokenizerSettings
 
 Progress = Callable[[str], None]
-INDEX_FORMAT_VERSION = 1
-META_FILE = "explorer-index.json"
+INDEX_FORMAT_VERSION = INDEX_VERSION
+META_FILE = MANIFEST_FILE
+#: A damaged cached index of a corpus up to this size is rebuilt with a warning; a larger one (an hour's
+#: build) is refused with a message saying where it is and how to rebuild it.
+REBUILD_DAMAGED_UP_TO = 1_000_000
 log = logging.getLogger(__name__)
 
 
@@ -69,7 +80,8 @@ def _bm25s():
 
 
 def engine_name() -> str:
-    return f"bm25s {_bm25s().__version__}"
+    """The engine that scores (its scoring is bm25s 0.3.16's, reproduced on disk)."""
+    return ENGINE
 
 
 def index_key(corpus: Corpus, settings: TokenizerSettings, params: BM25Params) -> str:
@@ -80,21 +92,21 @@ def index_key(corpus: Corpus, settings: TokenizerSettings, params: BM25Params) -
     return blake2b(payload.encode(), digest_size=12).hexdigest()
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")[:40] or "corpus"
+_slug = slug
 
 
 def index_dir_for(corpus: Corpus, key: str) -> Path:
     """``<cache>/indexes/<name>-<source hash>-<key>``: the source hash groups indexes of one corpus file,
     so a rebuilt index can replace the stale one."""
     source = blake2b(str(corpus.source).encode(), digest_size=3).hexdigest()
-    return cache_dir("indexes") / f"{_slug(corpus.name)}-{source}-{key}"
+    return cache_dir("indexes") / f"{slug(corpus.name)}-{source}-{key}"
 
 
-def tokenize_corpus(passages: list[Passage], tokenizer: Tokenizer, *, show_progress: bool = False
+def tokenize_corpus(passages, tokenizer: Tokenizer, *, show_progress: bool = False
                     ) -> tuple[list[list[int]], dict[str, int]]:
-    """Term ids per passage and the vocabulary. Each distinct word is analysed once (stopword check,
-    stemming), which is what makes a million passages affordable in Python."""
+    """Term ids per passage and the vocabulary, one passage at a time: the input of bm25s's in-memory
+    index, which tests and benchmarks compare the on-disk index with. Each distinct word is analysed
+    once (stopword check, stemming)."""
     from tqdm import tqdm
 
     vocab: dict[str, int] = {}
@@ -116,116 +128,112 @@ def tokenize_corpus(passages: list[Passage], tokenizer: Tokenizer, *, show_progr
     return docs, vocab
 
 
+def bm25s_in_memory(corpus: Corpus, tokenizer: Tokenizer, params: BM25Params):
+    """bm25s's in-memory index of the corpus, as the explorer built it before the on-disk index
+    (the reference the on-disk index must agree with)."""
+    docs, vocab = tokenize_corpus(corpus.passages, tokenizer)
+    model = _bm25s().BM25(k1=params.k1, b=params.b, method=params.method)
+    model.index((docs, vocab), create_empty_token=False, show_progress=False)
+    return model
+
+
 class BM25Retriever:
     """The Retriever protocol over one corpus, with ``describe()`` for traces and ``passage(id)``."""
 
     kind = "bm25"
 
     def __init__(self, corpus: Corpus, *, settings: TokenizerSettings | None = None,
-                 params: BM25Params | None = None, use_cache: bool = True, progress: Progress | None = None) -> None:
+                 params: BM25Params | None = None, use_cache: bool = True, progress: Progress | None = None,
+                 memory_budget: int = DEFAULT_MEMORY_BUDGET, workers: int | None = None) -> None:
         self.corpus = corpus
         self.name = corpus.name
         self.settings = settings or TokenizerSettings()
         self.params = params or BM25Params()
         self.tokenizer = Tokenizer(self.settings)
         self.key = index_key(corpus, self.settings, self.params)
-        self.index_path: Path | None = index_dir_for(corpus, self.key) if use_cache else None
+        if use_cache:
+            self.index_path: Path | None = index_dir_for(corpus, self.key)
+        else:  # a private folder, removed with the retriever
+            scratch = Path(tempfile.mkdtemp(prefix="explorer-bm25-"))
+            weakref.finalize(self, shutil.rmtree, scratch, True)
+            self.index_path = scratch / "index"
         self.index_built = False  # True when this instance built the index rather than loading it
-        self.index_seconds = 0.0
         started = time.perf_counter()
-        model = self._load_cached() if self.index_path else None
-        if model is None:
-            model = self._build(progress)
+        index = self._open_stored()
+        if index is None:
+            self._build(progress, BuildSettings(self.params.method, self.params.k1, self.params.b, memory_budget,
+                                                workers))
+            index = BM25Index(self.index_path, expect=self._expect())
             self.index_built = True
-            if self.index_path:
-                self._store(model)
+            if use_cache:
+                prune_stale(self.index_path, self.key, self.corpus.fingerprint, META_FILE)
         self.index_seconds = time.perf_counter() - started
-        self._model = model
-        self._vocab: dict[str, int] = model.vocab_dict
-        self._n = len(corpus.passages)
+        self.index = index
+        self._n = len(corpus)
 
     # --- the index ----------------------------------------------------------------------------
 
-    def _build(self, progress: Progress | None):
-        bm25s = _bm25s()
-        if progress:
-            progress(f"building the BM25 index of '{self.name}' ({len(self.corpus):,} passages)")
-        docs, vocab = tokenize_corpus(self.corpus.passages, self.tokenizer, show_progress=progress is not None)
-        if not vocab:
-            raise CorpusError("no passage has a searchable word (only stopwords, punctuation or single letters)",
-                              where=str(self.corpus.source), fix="add passages with real text")
-        model = bm25s.BM25(k1=self.params.k1, b=self.params.b, method=self.params.method)
-        # bm25s draws its own bars, which only help on corpora that take a while
-        model.index((docs, vocab), create_empty_token=False,
-                    show_progress=progress is not None and len(docs) >= 100_000)
-        return model
+    def _expect(self) -> dict:
+        return {"key": self.key, "fingerprint": self.corpus.fingerprint, "passages": len(self.corpus)}
 
-    def _store(self, model) -> None:
-        """Keep the index in the cache (explorer.retrieval.index_cache: renamed into place, stale ones pruned)."""
+    def _meta(self) -> dict:
+        return {"fingerprint": self.corpus.fingerprint, "name": self.name, "source": str(self.corpus.source),
+                "tokenizer": self.settings.as_dict(), "created": time.time()}
+
+    def _build(self, progress: Progress | None, settings: BuildSettings) -> None:
         assert self.index_path is not None
-        meta = {"format": INDEX_FORMAT_VERSION, "key": self.key, "fingerprint": self.corpus.fingerprint,
-                "passages": len(self.corpus), "vocabulary": len(model.vocab_dict), "engine": engine_name(),
-                "tokenizer": self.settings.as_dict(), "k1": self.params.k1, "b": self.params.b,
-                "method": self.params.method, "source": str(self.corpus.source), "created": time.time()}
-        if store_folder(self.index_path, lambda tmp: model.save(tmp, show_progress=False), meta, META_FILE,
-                        "BM25 index"):
-            prune_stale(self.index_path, self.key, self.corpus.fingerprint, META_FILE)
+        prune_abandoned_builds(self.index_path, self.index_path.name[: -len(self.key)])
+        build = BM25IndexBuild(self.index_path, self.corpus.store, self.tokenizer, settings, key=self.key,
+                               meta=self._meta(), progress=progress)
+        build.run()
 
-    def _load_cached(self):
-        """The stored index if it exists and matches this corpus; None (after removing it) if damaged."""
+    def _open_stored(self) -> BM25Index | None:
+        """The stored index if there is a complete one for these passages; a damaged one is rebuilt
+        (small corpora) or refused with where it is and how to rebuild it (large ones)."""
         assert self.index_path is not None
-
-        def read(meta: dict) -> object:
-            if (meta.get("key") != self.key or meta.get("fingerprint") != self.corpus.fingerprint
-                    or meta.get("passages") != len(self.corpus)):
-                raise ValueError("the stored index belongs to other passages")
-            model = _bm25s().BM25.load(self.index_path, show_progress=False)
-            scores = model.scores
-            n_data = len(scores["data"])
-            if (int(scores["num_docs"]) != len(self.corpus) or len(scores["indptr"]) != len(model.vocab_dict) + 1
-                    or len(scores["indices"]) != n_data or int(scores["indptr"][-1]) != n_data):
-                raise ValueError("the stored arrays do not fit together")
-            if len(scores["indices"]) and int(scores["indices"].max()) >= len(self.corpus):
-                raise ValueError("the stored index points past the corpus")
-            return model
-
-        return load_stored(self.index_path, META_FILE, "BM25 index", read)
+        if not self.index_path.exists():
+            return None
+        try:
+            return BM25Index(self.index_path, expect=self._expect())
+        except CorpusError as exc:
+            if len(self.corpus) > REBUILD_DAMAGED_UP_TO:
+                raise
+            log.warning("rebuilding the BM25 index at %s (%s)", self.index_path, exc.what)
+            shutil.rmtree(self.index_path, ignore_errors=True)
+            return None
 
     # --- the Retriever protocol ---------------------------------------------------------------
 
     def __len__(self) -> int:
         return self._n
 
+    def _term_ids(self, query: str) -> list[int]:
+        ids = []
+        for term in self.tokenizer.terms(query):
+            tid = self.index.term_id(term)
+            if tid is not None:
+                ids.append(tid)
+        return ids
+
     def query_terms(self, query: str) -> list[str]:
         """The query's index terms that occur in the corpus (what the score is made of)."""
-        return [t for t in self.tokenizer.terms(query) if t in self._vocab]
+        return [t for t in self.tokenizer.terms(query) if self.index.term_id(t) is not None]
 
     def scores(self, query: str) -> np.ndarray:
         """BM25 score of every passage for the query (zeros when no term is in the corpus)."""
-        ids = [self._vocab[t] for t in self.tokenizer.terms(query) if t in self._vocab]
-        if not ids:
-            return np.zeros(self._n, dtype=np.float32)
-        return self._model.get_scores_from_ids(ids)
+        return self.index.scores(self._term_ids(query))
 
     def search(self, query: str, k: int) -> list[Hit]:
         """The k best passages sharing at least one term with the query, best first, ranks from 1."""
         if k < 1:
             return []
-        scores = self.scores(query)
-        candidates = np.flatnonzero(scores > 0)
-        if not len(candidates):
+        ids = self._term_ids(query)
+        if not ids:
             return []
-        values = scores[candidates]
-        if len(candidates) > k:
-            kth = np.partition(values, len(values) - k)[len(values) - k]  # the k-th largest score
-            above = values > kth
-            tied = np.flatnonzero(values == kth)[: k - int(above.sum())]  # lowest corpus positions win ties
-            keep = np.concatenate([np.flatnonzero(above), tied])
-            candidates, values = candidates[keep], values[keep]
-        order = np.lexsort((candidates, -values))
-        passages = self.corpus.passages
-        return [Hit(passage=passages[int(candidates[i])], score=float(values[i]), rank=rank)
-                for rank, i in enumerate(order, start=1)]
+        rows, values = self.index.top_k(ids, k)
+        passages = self.corpus.passages_at(rows)
+        return [Hit(passage=p, score=float(v), rank=rank)
+                for rank, (p, v) in enumerate(zip(passages, values.tolist(), strict=True), start=1)]
 
     def passage(self, passage_id: str) -> Passage | None:
         return self.corpus.passage(passage_id)
@@ -237,9 +245,10 @@ class BM25Retriever:
                 "passages": len(self.corpus), "documents": self.corpus.documents,
                 "fingerprint": self.corpus.fingerprint, "engine": engine_name(),
                 "scoring": {"variant": self.params.method, "k1": self.params.k1, "b": self.params.b},
-                "tokenizer": self.settings.as_dict(), "vocabulary": len(self._vocab),
-                "index": portable_path(self.index_path) if self.index_path else None, "index_fingerprint": self.key,
-                "index_type": "BM25 sparse score matrix (bm25s)", "embedder": None}
+                "tokenizer": self.settings.as_dict(), "vocabulary": self.index.vocabulary,
+                "index": portable_path(self.index_path) if self.index_path else None,
+                "index_fingerprint": self.key, "index_type": "BM25 precomputed score matrix on disk (memory-mapped)",
+                "embedder": None}
 
     def __repr__(self) -> str:
         return f"BM25Retriever({self.name!r}, {self._n:,} passages)"

@@ -30,8 +30,9 @@ class RetrieverConfig(Config):
                                                   "reciprocal-rank fusion)")
     embedder: str = param("embedded", help="dense/hybrid: a sentence-transformers model folder or cached hub name "
                                            "('embedded': the bundled all-MiniLM-L6-v2)")
-    index: str = param("auto", choices=INDEX_KINDS, help="dense search: exact (numpy), flat, ivf or hnsw (faiss); "
-                                                         "auto: exact up to exact_limit passages, else ivf")
+    index: str = param("auto", choices=INDEX_KINDS, help="dense search: exact (numpy), flat, ivf, hnsw or ivfpq "
+                                                         "(faiss; ivfpq: embeddings in shards, index on disk); auto: "
+                                                         "exact up to exact_limit passages, ivf up to 2M, else ivfpq")
     exact_limit: int = param(200_000, lo=1, hi=10**9, help="most passages searched exactly (a full scan per query)")
     nlist: int = param(0, lo=0, hi=1 << 20, help="IVF cells (0: about the square root of the passage count)")
     nprobe: int = param(32, lo=1, hi=1 << 20, help="IVF cells scanned per query (more: slower, closer to exact)")

@@ -1,62 +1,89 @@
 """Loading a corpus: any supported file or folder (or a named corpus) into passages of at most 100 words.
 
-``load_corpus`` reads everything into a list before it returns, so a file that turns out to be
-malformed on line 90,000 raises a :class:`CorpusError` and nothing half-loaded is ever indexed.
-The corpus carries a fingerprint (a hash of every passage's id, title and text) that keys the
-BM25 index cache: the same passages give the same index, whatever file they came from.
+A corpus is read once, by a streaming build, into a passage store on disk
+(:mod:`explorer.retrieval.passage_store`) and then opened memory-mapped: the process holds
+offsets and id hashes, never the text, so the DPR Wikipedia dump (21M passages) opens in
+milliseconds like the demo corpus does. The store is keyed by the source's path, size,
+modification time, format and word limit, so an edited file is read again and an unchanged one
+never is. A file that turns out to be malformed on line 90,000 raises a :class:`CorpusError`
+and nothing half-read is ever indexed.
+
+The corpus carries a fingerprint (a hash of every passage's id, title and text, which is the
+hash of the store's records file) that keys the BM25 and dense index caches: the same passages
+give the same index, whatever file they came from.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from explorer.errors import CorpusError, ExplorerError, check_text
-from explorer.paths import DEMO_CORPUS_DIR
+from explorer.paths import DEMO_CORPUS_DIR, cache_dir
 from explorer.retrieval.base import Passage
+from explorer.retrieval.building import slug
 from explorer.retrieval.formats import FORMATS, open_documents
-from explorer.retrieval.splitter import MAX_WORDS, Document, content_id, split_document
+from explorer.retrieval.passage_store import STORE_VERSION, PassageStore, build_store
+from explorer.retrieval.splitter import MAX_WORDS, Document, content_id
 
 log = logging.getLogger("explorer.corpus")
 
 Progress = Callable[[str], None]
 NAMED_CORPORA = ("demo", "benchmark")
 DEMO_PASSAGES = DEMO_CORPUS_DIR / "passages.jsonl"
+#: Corpora whose size is known, by file name without extensions: ``corpus info`` and every trace's
+#: corpus facts compare the passages read with it (a truncated download shows at once).
+KNOWN_CORPORA = {"psgs_w100": 21_015_324}
 
 
 @dataclass
 class Corpus:
-    """Passages ready to index, with where they came from and how they were read."""
+    """Passages ready to index (a memory-mapped store), with where they came from and how they were read."""
 
     name: str
-    passages: list[Passage]
-    fingerprint: str
+    store: PassageStore
     source: Path
     format: str
     documents: int
     skipped: int = 0  # documents with no words, which give no passage
-    _by_id: dict[str, Passage] = field(default_factory=dict, init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        self._by_id = {p.id: p for p in self.passages}
+    @property
+    def passages(self) -> PassageStore:
+        """Every passage, in corpus order: indexable, sliceable and iterable, read from disk on demand."""
+        return self.store
+
+    @property
+    def fingerprint(self) -> str:
+        return self.store.fingerprint
 
     def passage(self, passage_id: str) -> Passage | None:
-        return self._by_id.get(passage_id)
+        return self.store.passage(passage_id)
+
+    def row_of(self, passage_id: str) -> int | None:
+        """The passage's position in corpus order (what indexes store), or None."""
+        return self.store.row_of(passage_id)
+
+    def passages_at(self, rows: Iterable[int]) -> list[Passage]:
+        """The passages at these positions (a page of search results), read from disk."""
+        return self.store.at(list(rows))
 
     def __len__(self) -> int:
-        return len(self.passages)
+        return len(self.store)
 
     def word_stats(self) -> dict[str, float]:
         """Words per passage: min, mean, median, max (what ``corpus info`` reports)."""
-        counts = sorted(len(p.text.split()) for p in self.passages)
-        if not counts:
-            return {"min": 0, "mean": 0.0, "median": 0.0, "max": 0}
-        mid = len(counts) // 2
-        median = counts[mid] if len(counts) % 2 else (counts[mid - 1] + counts[mid]) / 2
-        return {"min": counts[0], "mean": sum(counts) / len(counts), "median": median, "max": counts[-1]}
+        words = self.store.manifest.get("words") or {}
+        return {k: words.get(k, 0) for k in ("min", "mean", "median", "max")}
+
+    @property
+    def expected_passages(self) -> int | None:
+        """The passage count of a known corpus (DPR's psgs_w100: 21,015,324), else None."""
+        return KNOWN_CORPORA.get(self.source.name.split(".")[0])
 
 
 def fingerprint_passages(passages: Iterable[Passage]) -> str:
@@ -112,25 +139,54 @@ def _check_text(doc: Document) -> None:
                               where=doc.where, fix="re-save the file as valid UTF-8 text") from None
 
 
+def checked(docs: Iterable[Document]) -> Iterator[Document]:
+    """The documents, each refused when its text could be neither stored nor shown (:func:`_check_text`)."""
+    for doc in docs:
+        _check_text(doc)
+        yield doc
+
+
+def _key(payload: dict[str, Any]) -> str:
+    return hashlib.blake2b(json.dumps(payload, sort_keys=True, default=str).encode(), digest_size=12).hexdigest()
+
+
+def _corpus(name: str, store: PassageStore, source: Path) -> Corpus:
+    m = store.manifest
+    return Corpus(name=name, store=store, source=source, format=str(m.get("format") or ""),
+                  documents=int(m.get("documents", 0)), skipped=int(m.get("skipped", 0)))
+
+
 def corpus_from_documents(name: str, docs: list[Document], *, source: Path, fmt: str,
                           max_words: int = MAX_WORDS) -> Corpus:
-    passages: list[Passage] = []
-    skipped = 0
+    """A corpus of documents already in memory (a pooled benchmark, a user's pool), stored like any other."""
+    digest = hashlib.blake2b(digest_size=12)
     for doc in docs:
-        pieces = split_document(doc, max_words)
-        if not pieces:
-            skipped += 1
-        passages.extend(pieces)
-    ids: set[str] = set()
-    for passage in passages:
-        if passage.id in ids:  # e.g. a document 'a#1' next to a long document 'a' cut into 'a#1', 'a#2'
-            raise CorpusError(f"two passages end up with the id '{passage.id}'", where=str(source),
-                              fix="rename the document whose own id looks like a piece id ('<id>#<n>')")
-        ids.add(passage.id)
-    if not passages:
-        raise CorpusError("the corpus has no text to search", where=str(source), fix="add passages with some text")
-    return Corpus(name=name, passages=passages, fingerprint=fingerprint_passages(passages), source=source,
-                  format=fmt, documents=len(docs), skipped=skipped)
+        digest.update(f"{doc.id}\x1f{doc.title}\x1f{doc.text}\x1e".encode())
+    key = _key({"documents": digest.hexdigest(), "count": len(docs), "format": fmt, "max_words": max_words,
+                "version": STORE_VERSION})
+    folder = cache_dir("passages") / f"{slug(name)}-mem-{key}"
+    info = {"name": name, "source": str(source), "format": fmt, "key": key}
+    store = build_store(folder, key, lambda: checked(docs), info, max_words=max_words, label=name)
+    return _corpus(name, store, source)
+
+
+def source_stamp(path: Path) -> tuple:
+    """What tells that a corpus on disk changed: size and mtime of the file, or of every file in a folder."""
+    try:
+        if path.is_dir():
+            return tuple(sorted((str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns)
+                                for p in path.rglob("*.txt") if p.is_file()))
+        stat = path.stat()
+        return (stat.st_size, stat.st_mtime_ns)
+    except OSError:
+        return ()
+
+
+def _input_bytes(path: Path, stamp: tuple) -> int:
+    if path.is_dir():
+        return sum(entry[1] for entry in stamp)
+    size = int(stamp[0]) if stamp else 0
+    return size * 4 if path.name.lower().endswith(".gz") else size  # text compresses about 4:1
 
 
 def resolve_corpus_path(path_or_name: str | Path) -> tuple[str, Path]:
@@ -155,13 +211,45 @@ def resolve_corpus_path(path_or_name: str | Path) -> tuple[str, Path]:
     return (path.name if path.is_dir() else path.name.split(".")[0]) or str(path), path.resolve()
 
 
+def _stderr(message: str) -> None:
+    import sys
+
+    print(message, file=sys.stderr, flush=True)
+
+
 def load_corpus(path_or_name: str | Path, fmt: str | None = None, *, max_words: int = MAX_WORDS,
-                show_progress: bool = False) -> Corpus:
-    """Read a corpus completely and cut it into passages of at most ``max_words`` words."""
+                show_progress: bool = False, progress: Progress | None = None) -> Corpus:
+    """A corpus cut into passages of at most ``max_words`` words, from its passage store (built on first use).
+
+    ``progress`` (or ``show_progress``: messages on stderr) turns on the build's progress bar, with
+    its rate and time left; an already built store opens without any."""
     name, path = resolve_corpus_path(path_or_name)
-    detected, docs = open_documents(path, fmt)
-    documents = collect_documents(docs, show_progress=show_progress, desc=f"reading {path.name}")
-    return corpus_from_documents(name, documents, source=path, fmt=detected, max_words=max_words)
+    if progress is None and show_progress:
+        progress = _stderr
+    stamp = source_stamp(path)
+    key = _key({"source": str(path), "stamp": stamp, "format": fmt, "max_words": max_words, "version": STORE_VERSION})
+    source_hash = hashlib.blake2b(str(path).encode(), digest_size=3).hexdigest()
+    folder = cache_dir("passages") / f"{slug(name)}-{source_hash}-{key}"
+    info: dict[str, Any] = {"name": name, "source": str(path), "format": fmt, "key": key}
+
+    def documents() -> Iterator[Document]:
+        detected, docs = open_documents(path, fmt)
+        info["format"] = detected
+        return checked(docs)
+
+    store = build_store(folder, key, documents, info, max_words=max_words, progress=progress,
+                        input_bytes=_input_bytes(path, stamp), label=path.name)
+    _prune_stale_stores(folder, source_hash, name)
+    return _corpus(name, store, path)
+
+
+def _prune_stale_stores(current: Path, source_hash: str, name: str) -> None:
+    """Stores of earlier contents of the same source file are dead once a newer one is built."""
+    import shutil
+
+    for other in current.parent.glob(f"{slug(name)}-{source_hash}-*"):
+        if other != current and other.is_dir():
+            shutil.rmtree(other, ignore_errors=True)
 
 
 class PooledFiles:

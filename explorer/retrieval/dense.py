@@ -45,7 +45,13 @@ from explorer.retrieval.embeddings import TextEncoder, model_fingerprint
 from explorer.retrieval.index_cache import load_stored, store_folder
 
 Progress = Callable[[str], None]
-INDEX_KINDS = ("auto", "exact", "flat", "ivf", "hnsw")
+INDEX_KINDS = ("auto", "exact", "flat", "ivf", "hnsw", "ivfpq")
+#: Above this many passages ``index=auto`` embeds in shards and searches an on-disk IVF-PQ index
+#: (explorer.retrieval.dense_shards): a float32 matrix of DPR's 21M passages would take 32 GB.
+SHARDED_FROM = 2_000_000
+#: IVF-PQ candidates re-scored with their float16 vectors from the shards before the top k is kept:
+#: product quantisation alone cannot tell near-duplicates apart (benchmarks/bench_dense_scale.py).
+RERANK_DEPTH = 100
 DENSE_FORMAT_VERSION = 1
 META_FILE = "explorer-dense.json"
 EMBEDDINGS_FILE = "embeddings.npy"
@@ -125,6 +131,12 @@ def _prune_replaced(final: Path, source: str) -> None:
             shutil.rmtree(other, ignore_errors=True)
 
 
+def sharded_dir_for(corpus: Corpus, key: str) -> Path:
+    """The folder of a corpus's embedding shards and IVF-PQ index (beside the in-memory path's folder)."""
+    folder = dense_dir_for(corpus, key)
+    return folder.with_name(f"{folder.name}-shards")
+
+
 def embed_passages(passages: list[Passage], encoder: TextEncoder, *, batch_size: int = 64,
                    show_progress: bool = False) -> np.ndarray:
     """The (N, dim) float32 matrix of unit passage vectors, computed in length-sorted chunks.
@@ -161,6 +173,11 @@ class DenseRetriever:
         self._n = len(corpus)
         self.index_kind = self._choose_index()  # before any work: a corpus too large fails at once
         self.key = dense_key(corpus, encoder)
+        self._queries: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._queries_lock = threading.Lock()
+        if self.index_kind == "ivfpq":
+            self._open_sharded(use_cache, progress)
+            return
         self.index_path: Path | None = dense_dir_for(corpus, self.key) if use_cache else None
         self.index_built = False
         self.embed_seconds = 0.0
@@ -177,12 +194,46 @@ class DenseRetriever:
             if self.index_path:
                 self._store(matrix)
         self.matrix = matrix
-        self._queries: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._queries_lock = threading.Lock()
         self._faiss_index = None
+        self._shards = None
         self.index_type = "exact (one matrix product, numpy)"
         if self.index_kind != "exact":
             self._faiss_index, self.index_type = self._faiss(progress)
+        self.index_seconds = time.perf_counter() - started
+
+    # --- the sharded path: embeddings in shards, an on-disk IVF-PQ index -------------------------
+
+    def _open_sharded(self, use_cache: bool, progress: Progress | None) -> None:
+        """Embed the missing shards (resumable), build the IVF-PQ index once, open it memory-mapped."""
+        import tempfile
+
+        from explorer.retrieval import dense_shards as shards
+
+        started = time.perf_counter()
+        if use_cache:
+            folder = sharded_dir_for(self.corpus, self.key)
+        else:
+            folder = Path(tempfile.mkdtemp(prefix="explorer-dense-"))
+        self.index_path = folder
+        plan = shards.ShardPlan(self._n)
+        before = shards.missing_shards(folder, plan, self.encoder.dim)
+        embed = shards.local_embedder(self.corpus.store, self.encoder, plan, self.params.batch_size)
+        manifest = shards.build_shards(folder, self.corpus.store, self.encoder.dim, self.key, embed, plan=plan,
+                                       progress=progress)
+        self.index_built = bool(before)
+        self.embed_seconds = float(manifest.get("seconds") or 0.0) if before else 0.0
+        (folder / META_FILE).write_text(json.dumps(self._meta()), encoding="utf-8")  # what cache pruning reads
+        index_file = shards.build_ivfpq(folder, plan, self.encoder.dim, self.key, nlist=self.params.nlist,
+                                        progress=progress)
+        faiss = faiss_module()
+        assert faiss is not None
+        faiss.omp_set_num_threads(SEARCH_THREADS)
+        self._faiss_index = shards.open_ivfpq(index_file, self.params.nprobe)
+        self._plan, self._shards = plan, shards.open_shards(folder, plan)
+        ivf = faiss.downcast_index(faiss.extract_index_ivf(self._faiss_index))
+        self.matrix = None
+        self.index_type = (f"faiss IVF-PQ nlist={ivf.nlist} nprobe={ivf.nprobe} m={ivf.pq.M} bits={ivf.pq.nbits} "
+                           f"on disk, memory-mapped, top {RERANK_DEPTH} re-ranked by the stored vectors (approximate)")
         self.index_seconds = time.perf_counter() - started
 
     # --- choosing and building the index -----------------------------------------------------
@@ -191,7 +242,7 @@ class DenseRetriever:
         p = self.params
         kind = p.index
         if kind == "auto":
-            kind = "exact" if self._n <= p.exact_limit else "ivf"
+            kind = "exact" if self._n <= p.exact_limit else "ivf" if self._n <= SHARDED_FROM else "ivfpq"
         if kind == "exact" and self._n > p.exact_limit:
             raise ConfigError(f"'{self.name}' has {self._n:,} passages, more than exact search is allowed "
                               f"({p.exact_limit:,})", where="index",
@@ -323,13 +374,22 @@ class DenseRetriever:
             values = scores[top]
             order = np.lexsort((top, -values))  # best first; equal scores in corpus order
             rows, values = top[order], values[order]
+        elif self._shards is not None:  # IVF-PQ candidates re-ranked by their stored vectors
+            from explorer.retrieval.dense_shards import gather
+
+            query = np.asarray(vector, dtype=np.float32)
+            _, ids = self._faiss_index.search(query.reshape(1, -1), max(k, RERANK_DEPTH))
+            rows = ids[0][ids[0] >= 0]
+            values = gather(self._shards, self._plan, rows) @ query if len(rows) else np.zeros(0, np.float32)
+            order = np.lexsort((rows, -values))[:k]
+            rows, values = rows[order], values[order]
         else:
             found, ids = self._faiss_index.search(np.asarray(vector, dtype=np.float32).reshape(1, -1), k)
             keep = ids[0] >= 0
             rows, values = ids[0][keep], found[0][keep]
-        passages = self.corpus.passages
-        return [Hit(passage=passages[int(i)], score=float(s), rank=r)
-                for r, (i, s) in enumerate(zip(rows, values, strict=True), start=1)]
+        passages = self.corpus.passages_at(rows)
+        return [Hit(passage=p, score=float(s), rank=r)
+                for r, (p, s) in enumerate(zip(passages, values, strict=True), start=1)]
 
     def passage(self, passage_id: str) -> Passage | None:
         return self.corpus.passage(passage_id)

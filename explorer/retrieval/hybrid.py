@@ -39,7 +39,6 @@ class HybridRetriever:
         self.corpus = bm25.corpus
         self.name = bm25.name
         self.rrf_k, self.bm25_weight, self.dense_weight, self.depth = rrf_k, bm25_weight, dense_weight, depth
-        self._position = {p.id: i for i, p in enumerate(self.corpus.passages)}
 
     def __len__(self) -> int:
         return len(self.bm25)
@@ -56,7 +55,8 @@ class HybridRetriever:
                 entry = fused.setdefault(h.passage.id, [0.0, h.rank, h.passage])
                 entry[0] += weight / (self.rrf_k + h.rank)
                 entry[1] = min(entry[1], h.rank)
-        order = sorted(fused.items(), key=lambda kv: (-kv[1][0], kv[1][1], self._position.get(kv[0], 0)))
+        position = self.corpus.row_of  # looked up for the fused passages only: a corpus may hold millions
+        order = sorted(fused.items(), key=lambda kv: (-kv[1][0], kv[1][1], position(kv[0]) or 0))
         return [Hit(passage=entry[2], score=float(entry[0]), rank=r) for r, (_, entry) in enumerate(order[:k], start=1)]
 
     def passage(self, passage_id: str) -> Passage | None:

@@ -98,7 +98,7 @@ def open_retriever(spec: str = "demo", *, progress: Progress | None = None, fmt:
         def build() -> BM25Retriever:
             if progress:
                 progress(f"reading corpus '{spec}'")
-            corpus = load_corpus(spec if spec in NAMED_CORPORA else path, fmt, show_progress=progress is not None)
+            corpus = load_corpus(spec if spec in NAMED_CORPORA else path, fmt, progress=progress)
             return BM25Retriever(corpus, settings=settings, params=params, progress=progress)
 
         bm25 = _indexes.get(key, build, stamp=stamp)
