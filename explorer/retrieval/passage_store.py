@@ -58,7 +58,7 @@ from explorer.retrieval.building import (
     read_json,
     write_json_atomic,
 )
-from explorer.retrieval.splitter import MAX_WORDS, Document, piece_ids, split_text_counted
+from explorer.retrieval.splitter import MAX_WORDS, Document, content_id, piece_ids, split_text_counted
 
 Progress = Callable[[str], None]
 STORE_VERSION = 1
@@ -439,7 +439,7 @@ def _finish(work: Path, info: dict[str, Any], *, consumed: int, rows: int, nbyte
     words = np.fromfile(work / WORDS_FILE, dtype=np.int32)
     assert len(docs) == consumed and len(row_hashes) == rows == len(offsets) == len(words)
     records_path = work / RECORDS_FILE
-    dropped_docs = _repeated_documents(docs, records_path, offsets, nbytes, documents, source)
+    dropped_docs, named = _repeated_documents(docs, records_path, offsets, nbytes, documents, source)
     documents_count = consumed - len(dropped_docs)
     if dropped_docs:
         keep = np.ones(rows, dtype=bool)
@@ -447,8 +447,8 @@ def _finish(work: Path, info: dict[str, Any], *, consumed: int, rows: int, nbyte
             first, count = int(docs[d, 2]), int(docs[d, 3])
             keep[first:first + count] = False
         skipped -= sum(1 for d in dropped_docs if int(docs[d, 3]) == 0)
-        log.warning("%s: %d documents repeat an earlier document's id with the same title and text; each is kept "
-                    "once", source, len(dropped_docs))
+        if named:
+            _warn_repeated_ids(named, documents)
         offsets, nbytes, digest = _compact(records_path, offsets, nbytes, keep)
         row_hashes, words = row_hashes[keep], words[keep]
         kept_docs = np.ones(len(docs), dtype=bool)
@@ -484,15 +484,29 @@ def _record_at(records: Any, offsets: np.ndarray, nbytes: int, row: int) -> tupl
     return pid, title, text
 
 
+def _warn_repeated_ids(named: dict[str, list[int]], documents: Callable[[], Iterator[Document]]) -> None:
+    """Say which explicit ids came more than once (the first five, with where each copy is): a file holding the
+    same records twice is usually a mistake, and the passage count would otherwise be a surprise."""
+    shown = list(named.items())[:5]
+    wheres = _where_of(documents, {d for _, ordinals in shown for d in ordinals})
+    listed = "; ".join(f"'{pid}' at {', '.join(wheres.get(d, '?') for d in ordinals)}" for pid, ordinals in shown)
+    log.warning("%d passage id(s) appear more than once with the same text, each kept once: %s%s", len(named),
+                listed, " ..." if len(named) > 5 else "")
+
+
 def _repeated_documents(docs: np.ndarray, records_path: Path, offsets: np.ndarray, nbytes: int,
-                        documents: Callable[[], Iterator[Document]], source: str) -> set[int]:
-    """Documents whose id repeats an earlier one's with the same title and text (to drop); a repeat with
-    other content is a CorpusError naming both places, as passages and gold labels are looked up by id."""
+                        documents: Callable[[], Iterator[Document]],
+                        source: str) -> tuple[set[int], dict[str, list[int]]]:
+    """Documents whose id repeats an earlier one's with the same title and text (to drop), and the explicit
+    ids among them with the positions of every copy (paragraphs whose id is their content's hash repeat
+    silently: a paragraph shared by several questions is one passage); a repeat with other content is a
+    CorpusError naming both places, as passages and gold labels are looked up by id."""
     hashes = docs[:, 0]
     order = np.argsort(hashes, kind="stable")
     same = np.flatnonzero(hashes[order][1:] == hashes[order][:-1])
+    named: dict[str, list[int]] = {}
     if not len(same):
-        return set()
+        return set(), named
     drop: set[int] = set()
     with open(records_path, "rb") as stream, mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ) as records:
 
@@ -513,12 +527,18 @@ def _repeated_documents(docs: np.ndarray, records_path: Path, offsets: np.ndarra
                 continue  # two different ids whose 64-bit hashes collide
             if (a[1], a[2]) == (b[1], b[2]) and (a[0] or b[0] or docs[base, 1] == docs[later, 1]):
                 drop.add(later)
+                pid = a[0] or b[0]
+                if pid and pid != content_id(a[1], a[2]):
+                    copies = named.setdefault(pid, [base])
+                    if base not in copies:  # a third copy pairs with the second
+                        copies.append(base)
+                    copies.append(later)
                 continue
             wheres = _where_of(documents, {base, later})
             raise CorpusError(f"id '{a[0] or b[0]}' is used again for a different passage (first at "
                               f"{wheres.get(base, 'an earlier record')})", where=wheres.get(later, source),
                               fix="give every passage its own id")
-    return drop
+    return drop, named
 
 
 def _refuse_repeated_passage_ids(sorted_hashes: np.ndarray, order: np.ndarray, records_path: Path,
