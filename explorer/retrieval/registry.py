@@ -29,25 +29,13 @@ from explorer.errors import CorpusError
 from explorer.retrieval.base import Retriever
 from explorer.retrieval.bm25 import BM25Params, BM25Retriever
 from explorer.retrieval.choice import RetrieverConfig, retriever_config
-from explorer.retrieval.corpora import NAMED_CORPORA, load_corpus
+from explorer.retrieval.corpora import NAMED_CORPORA, load_corpus, source_stamp
 from explorer.retrieval.formats import FORMATS
 from explorer.retrieval.tokenizer import TokenizerSettings
 
 Progress = Callable[[str], None]
 
 _indexes: KeyedCache[Any] = KeyedCache("retrievers")
-
-
-def _stamp(path: Path) -> tuple:
-    """What tells that a corpus on disk changed: size and mtime of the file, or of every file in a folder."""
-    try:
-        if path.is_dir():
-            return tuple(sorted((str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns)
-                                for p in path.rglob("*.txt") if p.is_file()))
-        stat = path.stat()
-        return (stat.st_size, stat.st_mtime_ns)
-    except OSError:
-        return ()
 
 
 def _source_of(spec: str, progress: Progress | None) -> tuple[str, Path | None]:
@@ -93,7 +81,7 @@ def open_retriever(spec: str = "demo", *, progress: Progress | None = None, fmt:
     with _indexes.lock:  # one load per corpus even when several app threads ask at once
         key_name, path = _source_of(spec, progress)
         key = (key_name, fmt, settings, params)
-        stamp = _stamp(path) if path else ()
+        stamp = source_stamp(path) if path else ()
 
         def build() -> BM25Retriever:
             if progress:
