@@ -37,12 +37,17 @@ def recorder() -> TraceRecorder:
     return TraceRecorder(Trace(question="q", method="wo", variant="paper", config={}, model={}))
 
 
+def hook_count(model: torch.nn.Module) -> int:
+    return sum(len(module._forward_hooks) for module in model.modules())
+
+
 @pytest.mark.skipif(compile_unavailable() is not None, reason=str(compile_unavailable()))
 def test_the_compiled_step_gives_the_loops_tokens_signals_attention_and_hidden_state(tiny_lm, monkeypatch) -> None:
     monkeypatch.setenv("EXPLORER_COMPILE_BACKEND", "aot_eager")
     torch._dynamo.reset()  # the recompile limit counts per process: other tests' graphs must not use it up
     engine = Engine(tiny_lm)
     alone = engine.generate(PROMPT, max_new_tokens=12, attention=True, hidden=HiddenSpec(), ignore_eos=True)
+    hooks = hook_count(tiny_lm.model)
     batcher = batching.enable(engine, mode="compile")
     try:
         rec = recorder()
@@ -50,8 +55,10 @@ def test_the_compiled_step_gives_the_loops_tokens_signals_attention_and_hidden_s
                                    rec=rec)
         assert batcher.step.fallback is None and batcher.step.mode == "compile"  # traced as one graph
         assert batcher.step._compiled is not None
+        assert hook_count(tiny_lm.model) > hooks  # the hidden-state capture's hook
     finally:
         batching.disable(engine)
+    assert hook_count(tiny_lm.model) == hooks, "a batcher turned off leaves no hook on the shared model"
     assert captured.ids == alone.ids
     assert close([t.signals for t in captured.tokens], [t.signals for t in alone.tokens])
     assert [t.top for t in captured.tokens][3][0][0] == [t.top for t in alone.tokens][3][0][0]

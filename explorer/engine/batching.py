@@ -134,6 +134,7 @@ class Batcher:
             self._cv.notify_all()
         if self._thread is not None:
             self._thread.join()
+        self.step.close()
 
     @property
     def live_rows(self) -> int:

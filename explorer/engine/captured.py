@@ -114,6 +114,7 @@ class DecodeStep:
         self._pool = None
         self._compiled: Any = None
         self._sites: dict[Site, HiddenCapture] = {}
+        self._hooks: list[Any] = []  # the handles of the hooks put on the model, removed by close()
         self._live_sites: frozenset[Site] = frozenset()
         self._sink = self._fold  # one bound method, so a compiled step sees the same sink every time
         self.dtype = next(self.model.parameters()).dtype
@@ -144,9 +145,20 @@ class DecodeStep:
             if known == site:
                 return known  # the same object every time, so a compiled step's guards hold
         self.slots.hidden_buffer(site, int(self.model.config.hidden_size))
-        capture.module.register_forward_hook(self._keeper(site))
+        self._hooks.append(capture.module.register_forward_hook(self._keeper(site)))
         self._sites[site] = capture
         return site
+
+    def close(self) -> None:
+        """Take this step's hooks off the model and drop its graphs: the model outlives the step (an engine
+        whose batching is turned off and on again, other engines on the same weights), and a hook left
+        behind would keep the step alive and run, and be traced, in every later pass."""
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks.clear()
+        self._sites.clear()
+        self._graphs.clear()
+        self._compiled = None
 
     def capture_of(self, site: Site) -> HiddenCapture:
         return self._sites[site]
