@@ -221,8 +221,9 @@ def test_every_trace_records_the_corpus_health(demo_retriever) -> None:
 
 @pytest.mark.skipif(not bm25_kernel.available(), reason="numba is not installed (requirements.txt installs it)")
 @pytest.mark.parametrize("block", [64, 4096, 1 << 18])
-def test_the_compiled_search_block_by_block_equals_full_scoring(block: int) -> None:
-    """Postings spread over many blocks (and repeated query terms) give the full scoring's k best and sums."""
+def test_the_compiled_search_block_by_block_and_split_over_threads_equals_full_scoring(block: int) -> None:
+    """Postings spread over many blocks (and repeated query terms) give the full scoring's k best and sums,
+    in one range or split over threads; a search leaves its buffers clean for the next one."""
     rng = np.random.default_rng(block)
     n, terms = 50_000, 6
     lists = [np.sort(rng.choice(n, size=size, replace=False)).astype(np.int32)
@@ -237,9 +238,10 @@ def test_the_compiled_search_block_by_block_equals_full_scoring(block: int) -> N
         full = np.zeros(n, dtype=np.float32)
         for t in query:
             full[lists[t]] += values[t]
-        acc = np.zeros(block, dtype=np.float32)
         for k in (1, 10, 200):
-            rows, got = bm25_kernel.top_k(docs, scores, starts[distinct], ends[distinct], order, acc, n, k)
             expected = full_top_k(full, k)
-            assert rows.tolist() == expected[0].tolist() and got.tolist() == expected[1].tolist(), (query, k)
-            assert not acc.any(), "the block buffer is left cleared"
+            for parts in (1, 2, 3, 1):
+                rows, got = bm25_kernel.top_k(docs, scores, starts[distinct], ends[distinct], order, n, k,
+                                              parts=parts, block=block)
+                assert rows.tolist() == expected[0].tolist(), (query, k, parts)
+                assert got.tolist() == expected[1].tolist(), (query, k, parts)

@@ -22,7 +22,8 @@ in-memory bm25s index it replaces (tests/test_bm25_scale.py checks this on the b
 passages it scores every passage in one array (``full``, as bm25s does); above, it adds the
 lists into a per-thread score buffer that is cleared after each search and reads back only the
 postings' passages (``accumulate``); compiled with numba where it is installed, it goes block by
-block through the corpus with a cache-sized buffer. Its cost follows the lists, not the corpus.
+block through the corpus with a cache-sized buffer, and above four million passages splits the
+blocks over one thread per core. Its cost follows the lists, not the corpus.
 A third strategy, ``maxscore``, skips the lists whose terms
 cannot lift any unseen passage to the k-th score (the MaxScore bound); it returns the same
 results, but on the synthetic DPR corpus, whose words are drawn independently so that few
@@ -63,6 +64,8 @@ INDEX_FILES = {MANIFEST_FILE, INDPTR_FILE, DOCS_FILE, SCORES_FILE, TERM_MAX_FILE
                VOCAB_IDS_FILE}
 EPSILON = 1e-4  # slack on score bounds for float32 rounding of sums
 FULL_SCORING_UP_TO = 1 << 20  # passages up to which a search scores every passage (one array, no bounds)
+THREADS_FROM = 1 << 22  # passages from which a compiled search splits the corpus over threads
+MAX_SEARCH_THREADS = 4
 
 
 def _fix_rebuild(folder: Path) -> str:
@@ -222,8 +225,8 @@ class BM25Index:
             starts = np.asarray([self.indptr[t] for t in distinct], dtype=np.int64)
             ends = np.asarray([self.indptr[t + 1] for t in distinct], dtype=np.int64)
             return bm25_kernel.top_k(np.asarray(self.docs), np.asarray(self.scores_data), starts, ends,
-                                     np.asarray([position[t] for t in term_ids], dtype=np.int64),
-                                     _scratch.block(), self.n, k)
+                                     np.asarray([position[t] for t in term_ids], dtype=np.int64), self.n, k,
+                                     parts=search_threads(self.n))
         acc, _seen = _scratch.buffers(self.n)
         lists = {t: tuple(np.asarray(a) for a in self.postings(t)) for t in dict.fromkeys(term_ids)}
         every = np.concatenate([docs for docs, _ in lists.values()])
@@ -255,6 +258,16 @@ def full_top_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return candidates[order].astype(np.int64), values[order]
 
 
+def search_threads(n: int) -> int:
+    """Threads for one compiled search: one below ``THREADS_FROM`` passages (a search takes milliseconds
+    there), else one per usable core, at most ``MAX_SEARCH_THREADS``."""
+    if n < THREADS_FROM:
+        return 1
+    from explorer.threads import usable_cores
+
+    return max(1, min(MAX_SEARCH_THREADS, usable_cores()))
+
+
 def _map(path: Path, dtype: Any) -> np.ndarray:
     if path.stat().st_size == 0:
         return np.zeros(0, dtype=dtype)
@@ -267,13 +280,6 @@ class _Scratch(threading.local):
 
     def __init__(self) -> None:
         self.held: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-
-    def block(self) -> np.ndarray:
-        """The compiled search's score buffer: one block of passages (see :mod:`explorer.retrieval.bm25_kernel`)."""
-        held = self.held.get(-1)
-        if held is None:
-            held = self.held[-1] = (np.zeros(bm25_kernel.BLOCK, dtype=np.float32), np.zeros(0, dtype=bool))
-        return held[0]
 
     def buffers(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         held = self.held.get(n)

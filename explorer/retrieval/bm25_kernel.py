@@ -11,14 +11,16 @@ block's scores fit in a buffer the size of a processor cache (1 MiB) instead of 
 passage of the corpus (84 MB at 21M, where every addition is a cache miss). Within a block the
 lists are added in query order, so every passage's sum is the same float32 sum, bit for bit; the
 block's touched passages are then offered to a bounded selection of the k best (score
-descending, row ascending, whatever the visiting order) and their scores cleared as they are
-read.
+descending, row ascending, whatever the visiting order), which passes over any below the k-th
+score so far at the cost of one read, and the block's buffer is cleared in one sweep.
 
 numba is optional: without it, :mod:`explorer.retrieval.bm25_index` keeps its numpy path.
 """
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -37,17 +39,26 @@ BLOCK = 1 << 18  # passages per block: 1 MiB of float32 scores
 
 
 def _top_k_kernel(docs: np.ndarray, scores: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-                  order: np.ndarray, acc: np.ndarray, n: int, k: int,
+                  order: np.ndarray, acc: np.ndarray, begin: int, n: int, k: int,
                   out_rows: np.ndarray, out_scores: np.ndarray) -> int:
     """Add the lists (``order``: list positions in query order, repeats included) block by block into
-    ``acc`` (one block long, all zeros, left so); keep the k best touched passages (score descending,
-    row ascending) in ``out_*``; return how many were kept."""
+    ``acc`` (one block long, all zeros, left so), for the passages ``begin <= row < n``; keep the k best
+    touched passages (score descending, row ascending) in ``out_*``; return how many were kept."""
     lists = starts.shape[0]
     cursor = starts.copy()
+    for i in range(lists):  # each list's first passage at or after 'begin'
+        lo, hi = starts[i], ends[i]
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if docs[mid] < begin:
+                lo = mid + 1
+            else:
+                hi = mid
+        cursor[i] = lo
     stop = np.empty(lists, dtype=np.int64)
     block = acc.shape[0]
     kept = 0
-    for base in range(0, n, block):
+    for base in range(begin, n, block):
         top = base + block
         any_postings = False
         for i in range(lists):  # each list's run inside this block: binary search for the first doc >= top
@@ -67,22 +78,29 @@ def _top_k_kernel(docs: np.ndarray, scores: np.ndarray, starts: np.ndarray, ends
             i = order[q]
             for j in range(cursor[i], stop[i]):
                 acc[docs[j] - base] += scores[j]
-        for i in range(lists):  # every touched passage once: its score is cleared when first read
+        # The block's touched passages, through the postings: most fall below the k-th score so far and
+        # are passed over at the cost of one read; one that was offered already (from an earlier list)
+        # is found in the k kept. The buffer is cleared in one sweep afterwards.
+        worst_v = out_scores[kept - 1] if kept == k else np.float32(0)
+        for i in range(lists):
             for j in range(cursor[i], stop[i]):
                 d = docs[j]
                 value = acc[d - base]
-                if value == 0:
+                if value < worst_v or value <= 0:
                     continue
-                acc[d - base] = 0
-                if value < 0:
+                if kept == k and value == worst_v and d > out_rows[kept - 1]:
+                    continue
+                offered = False
+                for u in range(kept):
+                    if out_rows[u] == d:
+                        offered = True
+                        break
+                if offered:
                     continue
                 if kept < k:
                     pos = kept
                     kept += 1
                 else:
-                    worst_v, worst_d = out_scores[kept - 1], out_rows[kept - 1]
-                    if value < worst_v or (value == worst_v and d > worst_d):
-                        continue
                     pos = kept - 1
                 while pos > 0 and (out_scores[pos - 1] < value
                                    or (out_scores[pos - 1] == value and out_rows[pos - 1] > d)):
@@ -91,21 +109,66 @@ def _top_k_kernel(docs: np.ndarray, scores: np.ndarray, starts: np.ndarray, ends
                     pos -= 1
                 out_scores[pos] = value
                 out_rows[pos] = d
+                if kept == k:
+                    worst_v = out_scores[kept - 1]
             cursor[i] = stop[i]
+        acc[:min(block, n - base)] = 0
     return kept
 
 
 _compiled: Any = None
+_buffers = threading.local()
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
 
 
-def top_k(docs: np.ndarray, scores: np.ndarray, starts: np.ndarray, ends: np.ndarray, order: np.ndarray,
-          acc: np.ndarray, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """(rows, scores) of the k best, best first; ``acc`` is a zeroed block buffer (:data:`BLOCK` float32),
-    left zeroed. Compiled on first use (cached on disk by numba)."""
+def _buffer(block: int) -> np.ndarray:
+    """This thread's zeroed score buffer of one block (kept between searches, left zeroed by each)."""
+    held = getattr(_buffers, "by_size", None)
+    if held is None:
+        held = _buffers.by_size = {}
+    if block not in held:
+        held[block] = np.zeros(block, dtype=np.float32)
+    return held[block]
+
+
+def _part(docs: np.ndarray, scores: np.ndarray, starts: np.ndarray, ends: np.ndarray, order: np.ndarray,
+          begin: int, end: int, k: int, block: int) -> tuple[np.ndarray, np.ndarray]:
     global _compiled
     if _compiled is None:
         _compiled = numba.njit(cache=True, nogil=True)(_top_k_kernel)
     out_rows = np.zeros(k, dtype=np.int64)
     out_scores = np.zeros(k, dtype=np.float32)
-    kept = _compiled(docs, scores, starts, ends, order, acc, n, k, out_rows, out_scores)
+    kept = _compiled(docs, scores, starts, ends, order, _buffer(block), begin, end, k, out_rows, out_scores)
     return out_rows[:kept], out_scores[:kept]
+
+
+def _workers(parts: int) -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool._max_workers < parts - 1:  # noqa: SLF001 - grown only when asked for more
+            _pool = ThreadPoolExecutor(max_workers=parts - 1, thread_name_prefix="bm25-search")
+        return _pool
+
+
+def top_k(docs: np.ndarray, scores: np.ndarray, starts: np.ndarray, ends: np.ndarray, order: np.ndarray,
+          n: int, k: int, *, parts: int = 1, block: int = BLOCK) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, scores) of the k best, best first, ties to the lowest row.
+
+    ``parts`` > 1 splits the passages into that many ranges of whole blocks, searched at once on
+    threads (the compiled loop releases the GIL); a passage's sum is made in one range, so the
+    result is the same whatever the split. Compiled on first use (cached on disk by numba)."""
+    blocks = -(-n // block)
+    parts = max(1, min(parts, blocks))
+    if parts == 1:
+        return _part(docs, scores, starts, ends, order, 0, n, k, block)
+    bounds = [min(n, (blocks * i // parts) * block) for i in range(parts + 1)]
+    pool = _workers(parts)
+    others = [pool.submit(_part, docs, scores, starts, ends, order, bounds[i], bounds[i + 1], k, block)
+              for i in range(1, parts)]
+    found = [_part(docs, scores, starts, ends, order, bounds[0], bounds[1], k, block)]
+    found += [f.result() for f in others]
+    rows = np.concatenate([r for r, _ in found])
+    values = np.concatenate([v for _, v in found])
+    best = np.lexsort((rows, -values))[:k]
+    return rows[best], values[best]
