@@ -23,13 +23,12 @@ passages it scores every passage in one array (``full``, as bm25s does); above, 
 lists into a per-thread score buffer that is cleared after each search and reads back only the
 postings' passages (``accumulate``); compiled with numba where it is installed, it goes block by
 block through the corpus with a cache-sized buffer, and above four million passages splits the
-blocks over one thread per core. Its cost follows the lists, not the corpus.
-A third strategy, ``maxscore``, skips the lists whose terms
-cannot lift any unseen passage to the k-th score (the MaxScore bound); it returns the same
-results, but on the synthetic DPR corpus, whose words are drawn independently so that few
-passages share several query terms, the bound prunes little and it was slower than
-``accumulate`` (BENCHMARKS.md, "Corpus at scale"). Ties at the k-th score go to the lowest corpus
-position, as before.
+blocks over one thread per core. Its cost follows the lists, not the corpus. A third strategy,
+``maxscore``, skips the lists whose terms cannot lift any unseen passage to the k-th score (the
+MaxScore bound); it returns the same results, but on the synthetic DPR corpus, whose words are
+drawn independently so that few passages share several query terms, the bound prunes little and
+it was slower than ``accumulate`` (BENCHMARKS.md, "Corpus at scale"). Ties at the k-th score go
+to the lowest corpus position, as before.
 """
 
 from __future__ import annotations
