@@ -82,3 +82,31 @@ def test_a_step_that_cannot_be_captured_runs_eagerly_and_the_trace_says_why(tiny
     assert batcher.step.mode == "eager" and "no-such-backend" in (batcher.step.fallback or "")
     notes = [e.payload for e in rec.trace.events if e.kind == "note"]
     assert len(notes) == 1 and notes[0]["decode_fallback"] and "compiled graph" in notes[0]["message"]
+
+
+@pytest.mark.skipif(compile_unavailable() is not None, reason=str(compile_unavailable()))
+def test_the_app_counts_compiled_steps_without_breaking_their_graph(monkeypatch) -> None:
+    """The app's pass counter hooks the model; a compiled step must neither trace it (a count that changes
+    every step would recompile every step) nor be left out of the count."""
+    from explorer.engine.loader import tiny_random_model
+    from explorer.runtime import Runtime
+    from explorer.ui.controller import RuntimeHolder
+
+    monkeypatch.setenv("EXPLORER_COMPILE_BACKEND", "aot_eager")
+    torch._dynamo.reset()
+    engine = Engine(tiny_random_model(seed=0))
+    holder = RuntimeHolder(lambda: Runtime(engine=engine, retriever=None), "tiny")  # type: ignore[arg-type]
+    holder.get()
+    before = holder.forward_passes
+    alone = engine.generate(PROMPT, max_new_tokens=6, ignore_eos=True)
+    assert holder.forward_passes - before == alone.forward_passes > 0  # type: ignore[attr-defined]
+    batcher = batching.enable(engine, mode="compile")
+    try:
+        before = holder.forward_passes
+        batched = engine.generate(PROMPT, max_new_tokens=12, attention=True, hidden=HiddenSpec(), ignore_eos=True)
+        assert batcher.step.fallback is None, batcher.step.fallback
+        assert batcher.step.graph_steps >= 10
+        # every pass of the generation is counted (the batch's own checks of a new row run from Python besides)
+        assert holder.forward_passes - before >= batched.forward_passes  # type: ignore[attr-defined]
+    finally:
+        batching.disable(engine)

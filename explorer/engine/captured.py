@@ -119,6 +119,8 @@ class DecodeStep:
         self._sink = self._fold  # one bound method, so a compiled step sees the same sink every time
         self.dtype = next(self.model.parameters()).dtype
         self.steps = 0
+        #: Steps run as one compiled or captured graph, whose Python-side forward hooks do not run.
+        self.graph_steps = 0
 
     # -- inputs --------------------------------------------------------------------------------------
     def _ensure_inputs(self) -> None:
@@ -221,6 +223,7 @@ class DecodeStep:
             self._load(ids, positions, batch)
             try:
                 logits, packed = self._replay(batch, attention, sites)
+                self.graph_steps += 1
             except Exception as exc:  # noqa: BLE001 - any capture failure: say why, decode eagerly from now on
                 self._give_up(exc)
                 logits, packed = self._compute(rows, attention, sites)
@@ -228,6 +231,7 @@ class DecodeStep:
             self._load(ids, positions, rows)
             try:
                 logits, packed = self._compute(rows, attention, sites)
+                self.graph_steps += self.mode == "compile"
             except Exception as exc:
                 if self.mode != "compile":
                     raise

@@ -52,7 +52,9 @@ class RuntimeHolder:
     ``warm`` (optional) runs once on the loaded runtime before it is offered, so the first Run
     does not pay for what loads lazily (first forward pass, tokenizer and spaCy tables). The
     holder counts the model's forward passes from then on (:attr:`forward_passes`), so a caller
-    can tell whether anything was generated.
+    can tell whether anything was generated: a hook on the model counts the passes run from Python,
+    and the batch's decode step the ones it ran as one compiled or captured graph (the hook does
+    nothing inside those, or every step would recompile on the changing count).
     """
 
     def __init__(self, factory: Callable[[], Runtime], describe: str,
@@ -69,7 +71,7 @@ class RuntimeHolder:
         self.state = "not loaded"
         self.step = ""
         self._since = 0.0
-        self.forward_passes = 0
+        self._python_passes = 0
 
     def start(self) -> None:
         """Begin loading in a daemon thread (the app's start-up), returning at once."""
@@ -83,7 +85,18 @@ class RuntimeHolder:
         self.step = str(message).strip()
 
     def _count(self, *_: Any) -> None:
-        self.forward_passes += 1
+        import torch
+
+        if torch.compiler.is_compiling():
+            return
+        self._python_passes += 1
+
+    @property
+    def forward_passes(self) -> int:
+        """The model's forward passes since it loaded (see the class docstring)."""
+        engine = getattr(self._runtime, "engine", None)
+        step = getattr(getattr(engine, "batcher", None), "step", None)
+        return self._python_passes + int(getattr(step, "graph_steps", 0))
 
     def _load(self) -> None:
         self.state, self._since = "loading", time.monotonic()
