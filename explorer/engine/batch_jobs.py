@@ -282,14 +282,8 @@ class SampleJob(Job):
             self.end()
             return
         for r in keep:
-            if r.pending is None:
-                token = r.ids[-1]
-            else:
-                token = r.pending.pop(0)
-                r.feeding_end = not r.pending
             row = self.slot_of[id(r)]
-            row.token, row.position = token, r.position
-            r.position += 1
+            row.token, row.position = r.next_input()
             r.fed += 1
 
     def advance(self, logits: torch.Tensor, packed: torch.Tensor) -> None:

@@ -128,6 +128,18 @@ class _Row:
     def greedy(self) -> bool:
         return self.generator is None
 
+    def next_input(self) -> tuple[int, int]:
+        """The token this row feeds next and its position id (its last sample, or the next of the tokens it
+        still feeds after stopping), advancing past it."""
+        if self.pending is None:
+            token = self.ids[-1]
+        else:
+            token = self.pending.pop(0)
+            self.feeding_end = not self.pending
+        position = self.position
+        self.position += 1
+        return token, position
+
 
 def row_seed(seed: int, row: int) -> int:
     """The seed of row ``row``: distinct for every (seed, row) with row < 1,000,003."""
@@ -231,14 +243,9 @@ class _Loop:
                     batch = [batch[i] for i in keep]
                 inputs, positions = [], []
                 for r in batch:
-                    if r.pending is None:
-                        token = r.ids[-1]
-                    else:
-                        token = r.pending.pop(0)
-                        r.feeding_end = not r.pending
+                    token, position = r.next_input()
                     inputs.append(token)
-                    positions.append(r.position)
-                    r.position += 1
+                    positions.append(position)
                     r.fed += 1
                 mask = torch.cat([mask, torch.ones(len(batch), 1, dtype=mask.dtype, device=device)], dim=1)
                 # A recurrent cache never masks (its rows recompute instead), and Mamba mixers would read a
