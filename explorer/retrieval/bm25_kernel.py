@@ -38,6 +38,21 @@ def available() -> bool:
 BLOCK = 1 << 18  # passages per block: 1 MiB of float32 scores
 
 
+def _first_at_least(docs: np.ndarray, lo: int, hi: int, value: int) -> int:
+    """The first position in ``docs[lo:hi]`` (ascending) holding ``value`` or more; ``hi`` where none does."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if docs[mid] < value:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+if numba is not None:  # compiled with the loop that calls it
+    _first_at_least = numba.njit(cache=True, nogil=True, inline="always")(_first_at_least)
+
+
 def _top_k_kernel(docs: np.ndarray, scores: np.ndarray, starts: np.ndarray, ends: np.ndarray,
                   order: np.ndarray, acc: np.ndarray, begin: int, n: int, k: int,
                   out_rows: np.ndarray, out_scores: np.ndarray) -> int:
@@ -47,30 +62,16 @@ def _top_k_kernel(docs: np.ndarray, scores: np.ndarray, starts: np.ndarray, ends
     lists = starts.shape[0]
     cursor = starts.copy()
     for i in range(lists):  # each list's first passage at or after 'begin'
-        lo, hi = starts[i], ends[i]
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            if docs[mid] < begin:
-                lo = mid + 1
-            else:
-                hi = mid
-        cursor[i] = lo
+        cursor[i] = _first_at_least(docs, starts[i], ends[i], begin)
     stop = np.empty(lists, dtype=np.int64)
     block = acc.shape[0]
     kept = 0
     for base in range(begin, n, block):
         top = base + block
         any_postings = False
-        for i in range(lists):  # each list's run inside this block: binary search for the first doc >= top
-            lo, hi = cursor[i], ends[i]
-            while lo < hi:
-                mid = (lo + hi) >> 1
-                if docs[mid] < top:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            stop[i] = lo
-            if lo > cursor[i]:
+        for i in range(lists):  # each list's run inside this block ends at its first passage >= top
+            stop[i] = _first_at_least(docs, cursor[i], ends[i], top)
+            if stop[i] > cursor[i]:
                 any_postings = True
         if not any_postings:
             continue
