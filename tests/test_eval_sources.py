@@ -146,14 +146,20 @@ def test_another_source_joins_an_evaluation_only_when_added_and_the_header_count
     with pytest.raises(KeyboardInterrupt):  # a larger request stopped after one more question
         run_evaluation(settings("held", [str(train)], limit=5), store, runtime=runtime, on_run=stop_after_one,
                        show_progress=False)
+    header = report_markdown(store, "held").split("### ")[0]
+    # stopped: 3 of the 5 questions now asked for are stored, and the same command resumes it
+    assert "- status: incomplete: 5 of 7 runs stored; the last command ended interrupted" in header, header
+    assert f"hotpotqa_train: 3 of the first 5 questions run by every method, from {train}" in header
     smaller = run_evaluation(settings("held", [str(train)], limit=2), store, runtime=runtime, show_progress=False)
     assert (smaller.ran, smaller.status) == (0, "complete")  # the smaller request itself is done...
     header = report_markdown(store, "held").split("### ")[0]
-    # ...but the evaluation holds 3 of the 5 questions once asked for: the header says so, not "complete"
-    assert "- status: incomplete: 5 of 7 runs stored; the same command resumes it" in header
-    assert f"hotpotqa_train: 3 of the first 5 questions run by every method, from {train}" in header
+    # ...and so is the evaluation as now asked: its header says complete (the same command would run
+    # nothing) and names the question an earlier, larger request left in the tables
+    assert "- status: complete, started" in header and "incomplete" not in header and "resumes" not in header
+    assert (f"hotpotqa_train: the first 2 questions, run by every method (and 1 more stored from an earlier, "
+            f"larger request, counted in the tables), from {train}") in header
     assert f"musique_train: the first 2 questions, run by every method, from {other}" in header
-    assert "first 15" not in header and "status: complete" not in header
+    assert "first 15" not in header and "first 5" not in header
 
 
 # --- the lock --------------------------------------------------------------------------------------

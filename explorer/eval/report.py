@@ -169,9 +169,9 @@ def retriever_text(config: dict[str, Any] | None) -> str:
 def _settings_lines(evaluation: dict[str, Any], scores: EvaluationScores | None = None) -> list[str]:
     """The header: status and questions as the stored runs say (``scores``), then the settings.
 
-    The status and the question counts are computed from the runs, not taken from what the last
-    command asked for: a run stopped early, a later ``--limit`` or an added source cannot make the
-    header claim runs the store does not hold."""
+    The status and the question counts are the stored runs counted against what the last command
+    asked for: a run stopped early or an added source cannot make the header claim runs the store does
+    not hold, and runs an earlier, larger request left are named, not counted as missing."""
     s = evaluation.get("settings") or {}
     datasets = s.get("datasets") or {}
     coverage = Coverage.of(s, scores) if scores is not None else None
@@ -251,7 +251,7 @@ class Coverage:
 
 
 def _asked(info: dict[str, Any]) -> int | None:
-    """How many questions of a dataset the evaluation was asked for (the largest request so far)."""
+    """How many questions of a dataset the evaluation's last command asked for."""
     if isinstance(info.get("asked"), int):
         return info["asked"]
     return info.get("limit") if isinstance(info.get("limit"), int) else None
@@ -280,6 +280,9 @@ def _dataset_text(name: str, info: dict[str, Any], coverage: Coverage | None = N
         if asked is not None and full >= asked:
             count = (f"all {asked} questions" if info.get("limit") is None else f"the first {asked} questions") + \
                 ", run by every method"
+            more = full - asked + partial
+            if more:
+                count += f" (and {more} more stored from an earlier, larger request, counted in the tables)"
         elif asked is not None:
             count = (f"{full} of the first {asked} questions run by every method" if full or partial
                      else f"none of the first {asked} questions run yet") + some

@@ -344,10 +344,10 @@ def _merge(stored: dict[str, Any] | None, settings: EvalSettings, resolved: dict
     merged["arms"] = old_arms + [a for a in new_arms if a not in old_arms]
     datasets = dict(stored.get("datasets") or {})
     for d in settings.datasets:
-        old_limit = (datasets.get(d) or {}).get("limit", 0)
-        limit = None if settings.limit is None or old_limit is None else max(old_limit, settings.limit)
-        asked = max(int((datasets.get(d) or {}).get("asked") or 0), int(described.get(d, {}).get("asked") or 0))
-        datasets[d] = {**(datasets.get(d) or {}), **described.get(d, {}), "limit": limit, "asked": asked}
+        # What this command asks for, not the largest request so far: the status of an evaluation is whether
+        # the runs it asks for now are stored (the report names the runs an earlier, larger request left).
+        asked = int(described.get(d, {}).get("asked") or 0)
+        datasets[d] = {**(datasets.get(d) or {}), **described.get(d, {}), "limit": settings.limit, "asked": asked}
     merged["datasets"] = datasets
     sweep = stored.get("sweep") or settings.sweep
     if stored.get("sweep") and settings.sweep and stored["sweep"].get("param") == settings.sweep.get("param"):
