@@ -104,7 +104,7 @@ def test_streaming_build_bounded_memory_killed_and_resumed(dpr_tsv: Path, tmp_pa
     output = process.communicate(timeout=300)[0].decode()
     assert process.returncode == 0, output[-2000:]
     resumed = BM25Index(final)
-    assert resumed.manifest["build"]["resumed"] is True
+    assert resumed.manifest["build"]["resumed"] is True and resumed.manifest["build"]["sessions"] == 2
     assert resumed.fingerprint == whole.index.fingerprint
     assert resumed.manifest["build"]["ledger_peak_bytes"] <= BUDGET
     resumed.verify()

@@ -78,3 +78,14 @@ def test_an_encoder_decoder_folder_is_refused_as_one(files) -> None:
     message = f"{info.value.message} {info.value.fix}"
     assert "'t5'" in message and "encoder-decoder (sequence-to-sequence) model" in message
     assert "encoders like BERT" not in message and "decoder-only" in info.value.fix
+
+
+def test_a_json_list_question_file_given_as_a_corpus_gets_a_command_with_its_path(tmp_path: Path, capsys,
+                                                                               no_model) -> None:
+    questions = tmp_path / "my questions.json"
+    questions.write_text(json.dumps([{"id": "q1", "question": "Who founded Rome?", "answer": "Romulus"}]),
+                         encoding="utf-8")
+    code, text = _run(["corpus", "info", str(questions)], capsys)
+    assert code == 1 and "this is a question file, not a corpus" in text and f"{questions} [item 0]" in text
+    assert f"python -m explorer eval --dataset '{questions}' --corpus CORPUS" in text  # the path, quoted
+    assert f"--dataset '{questions}' [item 0]" not in text and "0]'" not in text

@@ -121,7 +121,7 @@ def _info(args: argparse.Namespace) -> int:
     from explorer.retrieval.corpora import load_corpus
 
     started = time.perf_counter()
-    corpus = load_corpus(args.corpus, args.fmt, progress=_progress)
+    corpus = load_corpus(args.corpus, args.fmt, progress=_progress, follows=())
     seconds = time.perf_counter() - started
     stats = corpus.word_stats()
     manifest = corpus.store.manifest
@@ -135,6 +135,7 @@ def _info(args: argparse.Namespace) -> int:
         ("words/passage", f"min {stats['min']}, mean {stats['mean']:.1f}, median {stats['median']:g}, "
                           f"max {stats['max']}"),
         ("titles", f"{int(manifest.get('titles', 0)):,} distinct"),
+        *_read_rows(manifest.get("read")),
         ("fingerprint", corpus.fingerprint),
         ("passage store", f"{corpus.store.folder} ({human_bytes(corpus.store.size_bytes())})"),
         ("read in", f"{seconds:.2f} s"),
@@ -142,6 +143,22 @@ def _info(args: argparse.Namespace) -> int:
     rows += _index_rows(corpus, verify=args.verify)
     _print_rows(rows)
     return 0
+
+
+def _read_rows(read: dict | None) -> list[tuple[str, str]]:
+    """What reading a DPR file found: its records against its lines, and the rows named as suspect."""
+    if not read or "records" not in read:
+        return []
+    rows = [("lines", f"{read['records']:,} records read from {read['data_lines']:,} lines after the header"
+                      + (f" ({read['blank_lines']:,} blank)" if read.get("blank_lines") else ""))]
+    for key, count, what in (("spanning", "spanning_count", "span lines or hold a tab"),
+                             ("long_rows", "long_count", "are far longer than a passage")):
+        if read.get(count):
+            named = "; ".join(read.get(key) or [])
+            more = read[count] - len(read.get(key) or [])
+            rows.append(("WARNING", f"{read[count]:,} record(s) {what}: {named}" + (f"; and {more:,} more" if more > 0
+                                                                                   else "")))
+    return rows
 
 
 def _index_rows(corpus, *, verify: bool) -> list[tuple[str, str]]:
@@ -234,7 +251,8 @@ def _index(args: argparse.Namespace) -> int:
         raise ConfigError(f"--workers must be 0 or more, got {args.workers}", where="--workers",
                           fix="e.g. --workers 2, or 0 to analyse in this process")
     started = time.perf_counter()
-    corpus = load_corpus(args.corpus, args.fmt, progress=_progress)
+    corpus = load_corpus(args.corpus, args.fmt, progress=_progress,
+                         follows=("bm25",) if choice.kind == "bm25" else ("bm25", "dense"))
     bm25 = BM25Retriever(corpus, progress=_progress, memory_budget=budget, workers=args.workers)
     build = bm25.index.manifest.get("build", {})
     rows = [("passages", f"{len(corpus):,}"),
@@ -267,7 +285,7 @@ def _convert(args: argparse.Namespace) -> int:
     if out.suffix.lower() != ".jsonl":
         raise ConfigError(f"the output should be a .jsonl file, got '{out.name}'", where=str(out),
                           fix="name it something.jsonl")
-    corpus = load_corpus(args.source, args.fmt, max_words=args.max_words, show_progress=True)
+    corpus = load_corpus(args.source, args.fmt, max_words=args.max_words, show_progress=True, follows=())
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -63,6 +63,7 @@ from explorer.retrieval.building import (
     BuildFolder,
     MemoryLedger,
     check_disk,
+    file_checks,
     folder_bytes,
     human_bytes,
     peak_rss_bytes,
@@ -157,6 +158,7 @@ class BM25IndexBuild:
         self.key = key
         self.meta = meta
         self.progress = progress
+        self._earlier, self._started = 0.0, time.perf_counter()
         self.folder = BuildFolder(final, "BM25 index")
         self.ledger = MemoryLedger(settings.memory_budget)
         self.n = len(store)
@@ -165,6 +167,14 @@ class BM25IndexBuild:
             0 if self.n < PARALLEL_FROM else min(4, max(1, (os.cpu_count() or 1) - 1)))
         share = 0.15 / (1 + self.workers)  # each worker holds a batch of its own
         self.batch = int(min(BATCH_PASSAGES, max(64, settings.memory_budget * share / (chars * BYTES_PER_CHAR))))
+
+    def _seconds(self) -> float:
+        """The build's time over all its sessions (an earlier session's, up to its last checkpoint)."""
+        return self._earlier + time.perf_counter() - self._started
+
+    def _save(self, state: dict[str, Any]) -> None:
+        state["seconds"] = self._seconds()
+        self.folder.save_checkpoint(state)
 
     def _say(self, message: str) -> None:
         if self.progress:
@@ -186,9 +196,11 @@ class BM25IndexBuild:
                 check_disk(folder.work, estimated_disk_bytes(self.store), "BM25 index",
                            already=folder_bytes(folder.work))
             resumed = bool(state.get("chunks_done") or state.get("ranges_done"))
+            self._earlier, self._started = float(state.get("seconds", 0.0)), started
+            state["sessions"] = int(state.get("sessions", 0)) + 1 if resumed else 1
             vocab, df, total_tokens = self._terms(state)
             self._postings(state, vocab, df, total_tokens)
-            self._finish(state, vocab, df, total_tokens, seconds=time.perf_counter() - started, resumed=resumed)
+            self._finish(state, vocab, df, total_tokens, seconds=self._seconds(), resumed=resumed)
             folder.finish(keep=INDEX_FILES)
 
     # --- pass 1 -------------------------------------------------------------------------------
@@ -237,7 +249,7 @@ class BM25IndexBuild:
                     parts = ([], [], [])
                     total_tokens += tokens
                     state["chunks_done"] = c + 1
-                    self.folder.save_checkpoint(state)
+                    self._save(state)
         finally:
             bar.close()
         self.ledger.drop("analysis", "word tables")
@@ -408,7 +420,7 @@ class BM25IndexBuild:
                 self.ledger.drop("range")
                 done.add(i)
                 state["ranges_done"] = sorted(done)
-                self.folder.save_checkpoint(state)
+                self._save(state)
                 bar.update(z - a)
         finally:
             bar.close()
@@ -442,7 +454,8 @@ class BM25IndexBuild:
             "passages": self.n, "vocabulary": len(vocab.terms), "postings": int(df.sum()), "tokens": total_tokens,
             "avgdl": self.avgdl, "method": self.settings.method, "k1": self.settings.k1, "b": self.settings.b,
             "max_df": int(df.max(initial=0)),
-            "build": {"seconds": round(seconds, 2), "resumed": resumed, "memory_budget": self.settings.memory_budget,
+            "build": {"seconds": round(seconds, 2), "resumed": resumed, "sessions": int(state.get("sessions", 1)),
+                      "memory_budget": self.settings.memory_budget,
                       "ledger_peak_bytes": self.ledger.peak, "ledger_at_peak": self.ledger.at_peak,
                       "peak_rss_bytes": peak_rss_bytes(),
                       "chunk_passages": int(state["chunk_passages"]), "chunks": int(state["chunks_done"]),
@@ -450,6 +463,7 @@ class BM25IndexBuild:
         }
         manifest["content_fingerprint"] = content_fingerprint(work, manifest)
         manifest["bytes"] = sum((work / name).stat().st_size for name in INDEX_FILES if name != MANIFEST_FILE)
+        manifest["checks"] = file_checks(work, (name for name in INDEX_FILES if name != MANIFEST_FILE))
         write_json_atomic(work / MANIFEST_FILE, manifest)  # last: marks the index complete
 
 

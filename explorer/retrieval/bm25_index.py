@@ -11,7 +11,8 @@ post_scores.f32      idf(t) * tf(t, d) / (tf(t, d) + k1 (1 - b + b |d| / avgdl))
 term_max.f32         the largest contribution of each term (what lets a search skip long lists)
 vocab.bin            the terms in sorted order (UTF-8), with vocab_offsets.i64 ...
 vocab_ids.i32        ... and the term id of each, for a binary search from a query term
-manifest.json        counts, parameters, the content fingerprint; written last
+manifest.json        counts, parameters, the content fingerprint, and each file's size and the hashes
+                     of a few blocks (all of a file up to 32 MB), checked on every open; written last
 ===================  ==============================================================================
 
 It is written by the streaming build of :mod:`explorer.retrieval.bm25_build`, whose numbers are
@@ -47,7 +48,7 @@ import numpy as np
 
 from explorer.errors import CorpusError
 from explorer.retrieval import bm25_kernel
-from explorer.retrieval.building import folder_bytes, read_json
+from explorer.retrieval.building import folder_bytes, read_json, verify_file_checks
 
 INDEX_VERSION = 2
 ENGINE = f"explorer on-disk BM25 {INDEX_VERSION}"
@@ -135,6 +136,8 @@ class BM25Index:
                 state = "missing" if actual is None else f"{actual:,} bytes"
                 raise CorpusError(f"the BM25 index file {name} is {state}, expected {size:,} bytes (a half-written "
                                   "or damaged index)", where=str(path), fix=_fix_rebuild(self.folder))
+        if isinstance(manifest.get("checks"), dict):  # sizes and a few blocks of every file (all of a small one)
+            verify_file_checks(self.folder, manifest["checks"], "BM25 index", _fix_rebuild(self.folder))
         self.manifest = manifest
         self.n = int(manifest["passages"])
         self.indptr = np.memmap(self.folder / INDPTR_FILE, dtype=np.int64, mode="r")

@@ -21,6 +21,7 @@ and record the peak, so a test can check the ceiling without timing anything.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -28,7 +29,7 @@ import resource
 import shutil
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,69 @@ def check_disk(folder: Path, needed: int, what: str, *, already: int = 0) -> Non
                           f"more, and the disk has {human_bytes(free)} free", where=str(folder),
                           fix="free some space on that disk, or point the cache elsewhere with EXPLORER_CACHE=DIR "
                               "(a disk with room for the corpus about three times over)")
+
+
+#: Files up to this size are hashed whole when an index or store is opened; larger ones at CHECK_BLOCKS
+#: evenly spread blocks (the first and last included) of CHECK_BLOCK bytes: a few milliseconds either way.
+WHOLE_FILE_CHECK = 32 * MIB
+CHECK_BLOCKS = 16
+CHECK_BLOCK = 64 << 10
+
+
+def _check_spans(size: int) -> list[tuple[int, int]]:
+    if size <= WHOLE_FILE_CHECK:
+        return [(0, size)]
+    last = size - CHECK_BLOCK
+    return sorted({(last * i // (CHECK_BLOCKS - 1), CHECK_BLOCK) for i in range(CHECK_BLOCKS)})
+
+
+def _span_hash(fd: int, start: int, length: int) -> str:
+    digest = hashlib.sha256()
+    at, end = start, start + length
+    while at < end:
+        block = os.pread(fd, min(1 << 24, end - at), at)
+        if not block:
+            break
+        digest.update(block)
+        at += len(block)
+    return digest.hexdigest()[:16]
+
+
+def file_checks(folder: Path, names: Iterable[str]) -> dict[str, Any]:
+    """Per file: its size and the hashes of its check spans (the whole file when small), for the manifest."""
+    out: dict[str, Any] = {}
+    for name in sorted(names):
+        path = folder / name
+        size = path.stat().st_size
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            out[name] = {"bytes": size, "spans": [[a, n, _span_hash(fd, a, n)] for a, n in _check_spans(size)]}
+        finally:
+            os.close(fd)
+    return out
+
+
+def verify_file_checks(folder: Path, checks: dict[str, Any], what: str, fix: str) -> None:
+    """Refuse files whose size or checked spans differ from the manifest's (a flipped byte in a small file, or
+    in a checked block of a large one, a cut or grown file): what, where and how to rebuild."""
+    for name, entry in checks.items():
+        path = folder / name
+        try:
+            size = path.stat().st_size
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            raise CorpusError(f"the {what} file {name} is missing", where=str(path), fix=fix) from None
+        try:
+            if size != int(entry["bytes"]):
+                raise CorpusError(f"the {what} file {name} is {size:,} bytes, {int(entry['bytes']):,} when it was "
+                                  "written (a damaged file)", where=str(path), fix=fix)
+            for start, length, expected in entry["spans"]:
+                if _span_hash(fd, int(start), int(length)) != expected:
+                    span = "its bytes" if length == size else f"its bytes {start:,} to {start + length:,}"
+                    raise CorpusError(f"the {what} file {name} is damaged: {span} differ from what was written",
+                                      where=str(path), fix=fix)
+        finally:
+            os.close(fd)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

@@ -3,10 +3,11 @@
 A corpus is read once, by a streaming build, into a passage store on disk
 (:mod:`explorer.retrieval.passage_store`) and then opened memory-mapped: the process holds
 offsets and id hashes, never the text, so the DPR Wikipedia dump (21M passages) opens in
-milliseconds like the demo corpus does. The store is keyed by the source's path, size,
-modification time, format and word limit, so an edited file is read again and an unchanged one
-never is. A file that turns out to be malformed on line 90,000 raises a :class:`CorpusError`
-and nothing half-read is ever indexed.
+milliseconds like the demo corpus does. The store is keyed by the source's path, size, format
+and word limit, and records the source's modification time and a hash of its bytes: an unchanged
+file opens its store at once, a touched one (same bytes, new time) is hashed once and keeps its
+store, an edited one is read again. A file that turns out to be malformed on line 90,000 raises a
+:class:`CorpusError` and nothing half-read is ever indexed.
 
 The corpus carries a fingerprint (a hash of every passage's id, title and text, which is the
 hash of the store's records file) that keys the BM25 and dense index caches: the same passages
@@ -171,7 +172,8 @@ def corpus_from_documents(name: str, docs: list[Document], *, source: Path, fmt:
 
 
 def source_stamp(path: Path) -> tuple:
-    """What tells that a corpus on disk changed: size and mtime of the file, or of every file in a folder."""
+    """What tells cheaply that a corpus on disk may have changed: size and mtime of the file, or of every
+    file in a folder (a changed stamp is then settled by :func:`source_digest`)."""
     try:
         if path.is_dir():
             return tuple(sorted((str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns)
@@ -180,6 +182,52 @@ def source_stamp(path: Path) -> tuple:
         return (stat.st_size, stat.st_mtime_ns)
     except OSError:
         return ()
+
+
+def _sizes(path: Path, stamp: tuple) -> Any:
+    """The stamp without its times: what keys a store (a file touched but not changed keeps its store)."""
+    return [list(entry[:2]) for entry in stamp] if path.is_dir() else (stamp[:1] if stamp else [])
+
+
+def source_digest(path: Path) -> str:
+    """A hash of the source's bytes (of every .txt file with its name, for a folder): about a second per
+    GB, read only when a store is built or when the source's time changed and its size did not."""
+    digest = hashlib.sha256()
+    files = sorted(p for p in path.rglob("*.txt") if p.is_file()) if path.is_dir() else [path]
+    for file in files:
+        if path.is_dir():
+            digest.update(f"\x1e{file.relative_to(path).as_posix()}\x1f".encode())
+        try:
+            with open(file, "rb") as stream:
+                for block in iter(lambda stream=stream: stream.read(1 << 24), b""):
+                    digest.update(block)
+        except OSError as exc:
+            raise CorpusError(f"cannot read the file ({exc.strerror or exc})", where=str(file),
+                              fix="check the path and its permissions") from exc
+    return digest.hexdigest()[:32]
+
+
+def _reuse_touched(folder: Path, path: Path, stamp: tuple, progress: Progress | None) -> None:
+    """A complete store whose source has another modification time than when it was built: kept (its
+    manifest given the new time) when the source's bytes are the same, removed to be rebuilt when not."""
+    import shutil
+
+    from explorer.retrieval.building import read_json, write_json_atomic
+    from explorer.retrieval.passage_store import MANIFEST_FILE, store_is_complete
+
+    if not store_is_complete(folder):
+        return
+    manifest = read_json(folder / MANIFEST_FILE) or {}
+    if manifest.get("stamp") == json.loads(json.dumps(stamp)):
+        return
+    if manifest.get("source_digest") and manifest["source_digest"] == source_digest(path):
+        write_json_atomic(folder / MANIFEST_FILE, {**manifest, "stamp": stamp})
+        if progress:
+            progress(f"{path.name}: its modification time changed and its content did not; the passage store "
+                     "is kept")
+        return
+    log.info("the content of %s changed since its passage store was built; rebuilding it", path)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _input_bytes(path: Path, stamp: tuple) -> int:
@@ -218,27 +266,37 @@ def _stderr(message: str) -> None:
 
 
 def load_corpus(path_or_name: str | Path, fmt: str | None = None, *, max_words: int = MAX_WORDS,
-                show_progress: bool = False, progress: Progress | None = None) -> Corpus:
+                show_progress: bool = False, progress: Progress | None = None,
+                follows: tuple[str, ...] = ("bm25",)) -> Corpus:
     """A corpus cut into passages of at most ``max_words`` words, from its passage store (built on first use).
 
     ``progress`` (or ``show_progress``: messages on stderr) turns on the build's progress bar, with
-    its rate and time left; an already built store opens without any."""
+    its rate and time left; an already built store opens without any. ``follows`` names the indexes
+    built from the store next (``bm25``, ``dense``): a new store is refused up front when the disk
+    cannot hold it and them."""
     name, path = resolve_corpus_path(path_or_name)
     if progress is None and show_progress:
         progress = _stderr
     stamp = source_stamp(path)
-    key = _key({"source": str(path), "stamp": stamp, "format": fmt, "max_words": max_words, "version": STORE_VERSION})
+    key = _key({"source": str(path), "sizes": _sizes(path, stamp), "format": fmt, "max_words": max_words,
+                "version": STORE_VERSION})
     source_hash = hashlib.blake2b(str(path).encode(), digest_size=3).hexdigest()
     folder = cache_dir("passages") / f"{slug(name)}-{source_hash}-{key}"
-    info: dict[str, Any] = {"name": name, "source": str(path), "format": fmt, "key": key}
+    _reuse_touched(folder, path, stamp, progress)
+    info: dict[str, Any] = {"name": name, "source": str(path), "format": fmt, "key": key, "stamp": stamp}
 
     def documents() -> Iterator[Document]:
-        detected, docs = open_documents(path, fmt)
+        detected, docs = open_documents(path, fmt, notes=info.setdefault("read", {}))
         info["format"] = detected
         return checked(docs)
 
+    def digest() -> str:
+        info["source_digest"] = source_digest(path)
+        return info["source_digest"]
+
     store = build_store(folder, key, documents, info, max_words=max_words, progress=progress,
-                        input_bytes=_input_bytes(path, stamp), label=path.name)
+                        input_bytes=_input_bytes(path, stamp), label=path.name, source_digest=digest,
+                        follows=follows)
     _prune_stale_stores(folder, source_hash, name)
     return _corpus(name, store, path)
 

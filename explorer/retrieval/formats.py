@@ -31,6 +31,9 @@ import csv
 import gzip
 import io
 import json
+import logging
+import re
+import shlex
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -46,6 +49,7 @@ QUESTION_FORMATS = ("hotpotqa", "2wiki", "musique", "nq")
 _SHAPE_FIX = ("give every record a 'text' (and optionally 'id' and 'title'), or use a known layout: HotpotQA/2Wiki "
               "'context', MuSiQue 'paragraphs', NQ 'ctxs' (`python -m explorer corpus info FILE` checks a file)")
 TITLE_MAPS = ("title-sentences", "title-text")
+log = logging.getLogger("explorer.corpus")
 
 
 def _format_fix() -> str:
@@ -96,13 +100,40 @@ def open_text(path: Path) -> io.TextIOBase:
                           fix="check the path and its permissions") from exc
 
 
+def _open_bytes(path: Path) -> io.BufferedIOBase:
+    return gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")  # noqa: SIM115
+
+
+def first_bad_utf8(path: Path) -> tuple[int, int, str] | None:
+    """(line, byte column, reason) of the first bytes of the file that are not UTF-8, or None.
+
+    A text stream decodes ahead of the line being parsed, so its error cannot say which line holds
+    the bad bytes; the file is read again, line by line, only when there is an error to place."""
+    try:
+        with _open_bytes(path) as stream:
+            for number, raw in enumerate(stream, start=1):
+                try:
+                    raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    return number, exc.start + 1, str(exc.reason)
+    except (OSError, EOFError):
+        return None
+    return None
+
+
 @contextmanager
-def _read_errors(where: Callable[[], str]) -> Iterator[None]:
-    """Turn decoding and gzip errors met while reading into a CorpusError at the current position."""
+def _read_errors(where: Callable[[], str], path: Path | None = None) -> Iterator[None]:
+    """Turn decoding and gzip errors met while reading into a CorpusError at the current position
+    (for a decoding error, the line that holds the bad bytes, found by reading ``path`` again)."""
     try:
         yield
     except UnicodeDecodeError as exc:
-        raise CorpusError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", where=where(),
+        found = first_bad_utf8(path) if path is not None else None
+        if found is None:
+            raise CorpusError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", where=where(),
+                              fix="re-save the file as UTF-8") from exc
+        line, column, reason = found
+        raise CorpusError(f"not UTF-8 text ({reason} at byte {column} of the line)", where=f"{path}:{line}",
                           fix="re-save the file as UTF-8") from exc
     except (OSError, EOFError) as exc:  # gzip.BadGzipFile is an OSError
         raise CorpusError(f"cannot read the file ({exc})", where=where(),
@@ -112,7 +143,7 @@ def _read_errors(where: Callable[[], str]) -> Iterator[None]:
 def iter_jsonl(path: Path) -> Iterator[Record]:
     """(``file:line``, value) for every non-blank line."""
     number = 0
-    with open_text(path) as stream, _read_errors(lambda: f"{path}:{number + 1}"):
+    with open_text(path) as stream, _read_errors(lambda: f"{path}:{number + 1}", path):
         for number, line in enumerate(stream, start=1):
             if not line.strip():
                 continue
@@ -124,7 +155,7 @@ def iter_jsonl(path: Path) -> Iterator[Record]:
 
 
 def load_json(path: Path) -> Any:
-    with open_text(path) as stream, _read_errors(lambda: str(path)):
+    with open_text(path) as stream, _read_errors(lambda: str(path), path):
         try:
             return parse_json(stream.read())
         except json.JSONDecodeError as exc:
@@ -274,6 +305,11 @@ SHAPE_READERS: dict[str, Callable[[str, Any], Iterator[Document]]] = {
 }
 
 
+def _file_of(where: str) -> str:
+    """The file of a record's locator (``FILE:LINE`` of JSON lines, ``FILE [item N]`` of a JSON list)."""
+    return re.sub(r"( \[item \d+\]|:\d+)$", "", where)
+
+
 def shape_of(where: str, record: Any) -> str:
     """The record shape from its keys (used on the first record when no format is given)."""
     if isinstance(record, dict):
@@ -287,7 +323,7 @@ def shape_of(where: str, record: Any) -> str:
             return "passages"
         keys = ", ".join(sorted(map(str, record))[:8])
         if {str(k).lower() for k in record} & {"question", "query"}:
-            file = where.rsplit(":", 1)[0] if where.rsplit(":", 1)[-1].isdigit() else where
+            file = shlex.quote(_file_of(where))
             raise CorpusError(f"this is a question file, not a corpus: its records hold questions ({keys}) and no "
                               "passage text", where=where,
                               fix=f"ask its questions with `python -m explorer eval --dataset {file} --corpus CORPUS "
@@ -332,12 +368,46 @@ def iter_title_map(path: Path, data: dict) -> Iterator[Document]:
 # --- DPR TSV and text files -----------------------------------------------------------------------
 
 _DPR_FIX = "DPR passages are tab-separated with the header 'id<TAB>text<TAB>title'"
+#: A DPR passage is 100 words (about 600 characters); a row this long is not one passage but damage (two files
+#: joined, lines merged by a quote), and it would be cut into hundreds of passages none of which has its id.
+LONG_ROW_CHARS = 20_000
+NAMED_ROWS = 10  # rows named one by one in a warning; the rest are counted
 
 
-def iter_dpr_tsv(path: Path) -> Iterator[Document]:
+def _named(rows: list[str], count: int) -> str:
+    return "; ".join(rows) + (f"; and {count - len(rows):,} more" if count > len(rows) else "")
+
+
+def _tsv_report(path: Path, notes: dict[str, Any]) -> None:
+    """Warn about the rows a DPR file should not have, naming each (the first few) by line, and say how many
+    records were read from how many lines: nothing the csv reading joined or cut passes without a word."""
+    spanning, long_rows = notes["spanning"], notes["long_rows"]
+    counted = (f"{notes['records']:,} passages were read from {notes['data_lines']:,} lines after the header"
+               + (f" ({notes['blank_lines']:,} blank)" if notes["blank_lines"] else ""))
+    if notes["spanning_count"]:
+        log.warning("%s: %d record(s) span more than one line or hold a tab (in DPR's files every passage is "
+                    "one line; an unbalanced quote joins the lines after it into one passage, and their ids "
+                    "are lost): %s. %s. Fix the quoting of those lines (a quote inside a text is written twice, "
+                    "\"\") if they were not meant as one passage", path, notes["spanning_count"],
+                    _named(spanning, notes["spanning_count"]), counted)
+    if notes["long_count"]:
+        log.warning("%s: %d row(s) are longer than %s characters (a DPR passage is about 600): %s. Each is cut "
+                    "into passages ID#1, ID#2, ... and its own id names none of them; check those lines (two "
+                    "files joined, or lines merged)", path, notes["long_count"], f"{LONG_ROW_CHARS:,}",
+                    _named(long_rows, notes["long_count"]))
+
+
+def iter_dpr_tsv(path: Path, notes: dict[str, Any] | None = None) -> Iterator[Document]:
+    """DPR passages, read as DPR's own reader reads them (csv with a tab delimiter, quotes honoured: its
+    ``psgs_w100.tsv`` quotes texts that hold quotes), and checked line by line: a record that spans lines
+    or holds a tab, a row far longer than a passage, a NUL byte, and the count of records against the
+    count of lines are all reported (``notes``, filled when the file has been read, and warnings)."""
     csv.field_size_limit(1 << 30)
     line = 0
-    with open_text(path) as stream, _read_errors(lambda: f"{path}:{line + 1}"):
+    notes = {} if notes is None else notes
+    notes.clear()
+    notes.update(records=0, data_lines=0, blank_lines=0, spanning=[], spanning_count=0, long_rows=[], long_count=0)
+    with open_text(path) as stream, _read_errors(lambda: f"{path}:{line + 1}", path):
         reader = csv.reader(stream, delimiter="\t")
         try:
             header = [h.strip().lower() for h in next(reader)]
@@ -348,21 +418,46 @@ def iter_dpr_tsv(path: Path) -> Iterator[Document]:
             raise CorpusError(f"the header lacks column(s) {', '.join(missing)} (found: {', '.join(header)})",
                               where=f"{path}:1", fix=_DPR_FIX)
         at = {name: header.index(name) for name in ("id", "text", "title")}
+        first_data = reader.line_num + 1
         try:
             for row in reader:
-                line = reader.line_num
+                start, line = line + 1 if line else first_data, reader.line_num
                 if not row or (len(row) == 1 and not row[0].strip()):
+                    notes["blank_lines"] += line - start + 1
                     continue
-                where = f"{path}:{line}"
+                where = f"{path}:{start}"
                 if len(row) != len(header):
-                    raise CorpusError(f"expected {len(header)} tab-separated columns, found {len(row)}", where=where,
-                                      fix=_DPR_FIX)
-                doc_id = row[at["id"]].strip()
+                    raise CorpusError(f"expected {len(header)} tab-separated columns, found {len(row)}"
+                                      + (f" (the record runs from line {start} to line {line}: a quote opened on "
+                                         f"line {start} is closed only there)" if line > start else ""),
+                                      where=where, fix=_DPR_FIX + (" (a quote inside a text is written twice, \"\")"
+                                                                  if line > start else ""))
+                doc_id, title, text = row[at["id"]].strip(), row[at["title"]], row[at["text"]]
                 if not doc_id:
                     raise CorpusError("empty id", where=where, fix=_DPR_FIX)
-                yield Document(id=doc_id, title=row[at["title"]], text=row[at["text"]], where=where)
+                if "\x00" in text or "\x00" in title or "\x00" in doc_id:
+                    raise CorpusError("the row holds a NUL byte (\\x00), which no text has: the file is damaged",
+                                      where=where, fix="download the file again, or remove the NUL bytes "
+                                                       "(e.g. tr -d '\\000' < IN > OUT)")
+                notes["records"] += 1
+                if line > start or "\t" in text or "\t" in title:
+                    notes["spanning_count"] += 1
+                    if len(notes["spanning"]) < NAMED_ROWS:
+                        both = text + title
+                        held = [what for what, there in (("a tab", "\t" in both),
+                                                          ("a line break", "\n" in both or "\r" in both)) if there]
+                        notes["spanning"].append(f"line {start}" + (f" to {line}" if line > start else "")
+                                                 + f" (id {doc_id!r:.40}, holding {' and '.join(held) or 'a tab'})")
+                if len(text) > LONG_ROW_CHARS:
+                    notes["long_count"] += 1
+                    if len(notes["long_rows"]) < NAMED_ROWS:
+                        notes["long_rows"].append(f"line {start} (id {doc_id!r:.40}, {len(text):,} characters, "
+                                                  f"{len(text.split()):,} words)")
+                yield Document(id=doc_id, title=title, text=text, where=where)
         except csv.Error as exc:
             raise CorpusError(f"malformed TSV ({exc})", where=f"{path}:{reader.line_num}", fix=_DPR_FIX) from exc
+        notes["data_lines"] = max(0, reader.line_num - first_data + 1)
+    _tsv_report(path, notes)
 
 
 def _read_txt(path: Path, doc_id: str) -> Document:
@@ -402,11 +497,13 @@ def _check_format(fmt: str) -> str:
     return name
 
 
-def open_documents(path: Path, fmt: str | None = None) -> tuple[str, Iterator[Document]]:
+def open_documents(path: Path, fmt: str | None = None,
+                   notes: dict[str, Any] | None = None) -> tuple[str, Iterator[Document]]:
     """The detected (or given) format and an iterator over the file's documents.
 
     Detection: a folder or ``.txt`` is ``txt``, ``.tsv`` is ``dpr``; for JSON the first record's keys
-    decide, and every later record must have the same shape.
+    decide, and every later record must have the same shape. ``notes`` receives what the reading of a
+    DPR file found (records against lines, records spanning lines, overlong rows) once it is read.
     """
     if not path.exists():
         raise CorpusError(f"no such file or folder: {path}", fix="check the path, or use the corpus name 'demo'")
@@ -420,7 +517,7 @@ def open_documents(path: Path, fmt: str | None = None) -> tuple[str, Iterator[Do
     if container == "tsv":
         if wanted not in (None, "dpr"):
             raise CorpusError(f"format '{wanted}' cannot be read from a .tsv file", where=str(path), fix=_format_fix())
-        return "dpr", iter_dpr_tsv(path)
+        return "dpr", iter_dpr_tsv(path, notes)
     if wanted in ("dpr", "txt"):
         raise CorpusError(f"format '{wanted}' cannot be read from a JSON file", where=str(path), fix=_format_fix())
     if container == "json":

@@ -13,7 +13,8 @@ words.i32       the number of words of each passage's text (``corpus info``'s st
 id_hash.u64     the 64-bit hashes of the passage ids, sorted, and ...
 id_rows.i64     ... the row of each: ``passage(id)`` is a binary search, checked against the id
                 read back from the record (so a hash collision can never return a wrong passage)
-manifest.json   counts, the fingerprint and where the passages came from; written last
+manifest.json   counts, the fingerprint, where the passages came from, and each file's size and the
+                hashes of a few blocks (all of a file up to 32 MB), checked on every open; last
 ==============  ===================================================================================
 
 A process holds the offsets and hashes as memory maps, never the text: opening takes
@@ -50,12 +51,14 @@ from explorer.retrieval.base import Passage
 from explorer.retrieval.building import (
     BuildFolder,
     check_disk,
+    file_checks,
     folder_bytes,
     human_bytes,
     peak_rss_bytes,
     progress_bar,
     prune_abandoned_builds,
     read_json,
+    verify_file_checks,
     write_json_atomic,
 )
 from explorer.retrieval.splitter import MAX_WORDS, Document, content_id, piece_ids, split_text_counted
@@ -114,6 +117,8 @@ class PassageStore(Sequence[Passage]):
                 raise CorpusError(f"the passage store's {name} is {state}, expected {size:,} bytes (the folder was "
                                   "damaged or only partly copied)",
                                   where=str(path), fix=_fix_for_damage(self.folder))
+        if isinstance(manifest.get("checks"), dict):  # sizes and a few blocks of every file (all of a small one)
+            verify_file_checks(self.folder, manifest["checks"], "passage store", _fix_for_damage(self.folder))
         self._n = n
         self.offsets = np.memmap(self.folder / OFFSETS_FILE, dtype=np.int64, mode="r")
         self.words = np.memmap(self.folder / WORDS_FILE, dtype=np.int32, mode="r")
@@ -294,13 +299,16 @@ def _title_hash(title: str) -> int:
 
 def build_store(final: Path, key: str, documents: Callable[[], Iterator[Document]], info: dict[str, Any], *,
                 max_words: int = MAX_WORDS, input_bytes: int | None = None, progress: Progress | None = None,
-                label: str = "") -> PassageStore:
+                label: str = "", source_digest: Callable[[], str] | None = None,
+                follows: tuple[str, ...] = ()) -> PassageStore:
     """The store at ``final``, built from ``documents()`` unless a complete one is already there.
 
-    ``key`` identifies the source (its path, size, modification time, format and the word limit):
-    an interrupted build under the same key resumes, one under another key starts over.
+    ``key`` identifies the source (its path, size, format and the word limit); ``source_digest``, the
+    hash of its bytes, is taken at the start of every session of the build (after the disk check), so an
+    interrupted build resumes only over the same bytes, and one under another key or content starts over.
     ``info`` goes into the manifest (name, source, format...). Refuses, before reading anything,
-    when the disk cannot hold about the input's size again."""
+    when the disk cannot hold the store and the indexes built from it next (``follows``: ``bm25``,
+    ``dense``), estimated from the input's size."""
     if store_is_complete(final):
         try:
             return PassageStore(final)
@@ -312,12 +320,16 @@ def build_store(final: Path, key: str, documents: Callable[[], Iterator[Document
     with folder.locked(wait_message=progress):
         if store_is_complete(final):  # built by the process we waited for
             return PassageStore(final)
+        parts = whole_build_bytes(input_bytes or 0, follows)
+        what = " and ".join(f"{part} (about {human_bytes(n)})" for part, n in parts.items()) if len(parts) > 1 \
+            else "passage store"
+        check_disk(folder.work, sum(parts.values()), what, already=folder_bytes(folder.work))
+        if source_digest is not None:
+            key = f"{key}:{source_digest()}"
         state = folder.checkpoint()
         if state.get("key") != key:
             folder.reset()
             state = {"key": key}
-        needed = int((input_bytes or 0) * 1.15) + (64 << 20)
-        check_disk(folder.work, needed, "passage store", already=folder_bytes(folder.work))
         try:
             _write(folder, state, documents, info, max_words=max_words, input_bytes=input_bytes, progress=progress,
                    label=label)
@@ -326,6 +338,20 @@ def build_store(final: Path, key: str, documents: Callable[[], Iterator[Document
             raise
         folder.finish(keep=STORE_FILES)
     return PassageStore(final)
+
+
+def whole_build_bytes(input_bytes: int, follows: tuple[str, ...] = ()) -> dict[str, int]:
+    """Disk bytes a corpus of ``input_bytes`` of text needs, by part: its passage store, and the indexes built
+    from it next (the BM25 build at its peak, with its chunk files; dense embeddings as float16 vectors of 384
+    dimensions, the embedded encoder's), so a build that cannot finish is refused before its first stage."""
+    parts = {"passage store": int(input_bytes * 1.15) + (64 << 20)}
+    words = input_bytes // 6  # about six bytes a word, space included
+    passages = max(1, words // 80)
+    if "bm25" in follows:
+        parts["BM25 index"] = int((words + 4 * passages) * 0.8) * 18 + 12 * passages + (64 << 20)
+    if "dense" in follows:
+        parts["dense embeddings"] = passages * 384 * 2 + (16 << 20)
+    return parts
 
 
 def _prune_other_builds(final: Path) -> None:
@@ -353,6 +379,8 @@ def _write(folder: BuildFolder, state: dict[str, Any], documents: Callable[[], I
     work = folder.work
     consumed, rows, nbytes = int(state.get("docs", 0)), int(state.get("rows", 0)), int(state.get("bytes", 0))
     skipped = int(state.get("skipped", 0))
+    earlier = float(state.get("seconds", 0.0))  # the time of earlier sessions, up to their last checkpoint
+    sessions = int(state.get("sessions", 0)) + 1
     resumed = consumed > 0
     if progress:
         progress(f"{'resuming' if resumed else 'writing'} the passage store of {label or info.get('name')}"
@@ -405,7 +433,8 @@ def _write(folder: BuildFolder, state: dict[str, Any], documents: Callable[[], I
                 since_flush = 0
                 if since_checkpoint >= CHECKPOINT_DOCS:
                     folder.save_checkpoint({"key": state["key"], "docs": consumed, "rows": rows, "bytes": nbytes,
-                                            "skipped": skipped})
+                                            "skipped": skipped, "sessions": sessions,
+                                            "seconds": earlier + time.perf_counter() - started})
                     since_checkpoint = 0
     finally:
         appender.close()
@@ -413,7 +442,8 @@ def _write(folder: BuildFolder, state: dict[str, Any], documents: Callable[[], I
     if progress:
         progress(f"stored {rows:,} passages ({human_bytes(nbytes)}); checking ids")
     _finish(work, info, consumed=consumed, rows=rows, nbytes=nbytes, skipped=skipped, digest=digest,
-            max_words=max_words, seconds=time.perf_counter() - started, resumed=resumed, documents=documents)
+            max_words=max_words, seconds=earlier + time.perf_counter() - started, resumed=resumed,
+            documents=documents, sessions=sessions if resumed else 1)
 
 
 def _where_of(documents: Callable[[], Iterator[Document]], ordinals: set[int]) -> dict[int, str]:
@@ -429,7 +459,8 @@ def _where_of(documents: Callable[[], Iterator[Document]], ordinals: set[int]) -
 
 
 def _finish(work: Path, info: dict[str, Any], *, consumed: int, rows: int, nbytes: int, skipped: int, digest: Any,
-            max_words: int, seconds: float, resumed: bool, documents: Callable[[], Iterator[Document]]) -> None:
+            max_words: int, seconds: float, resumed: bool, documents: Callable[[], Iterator[Document]],
+            sessions: int = 1) -> None:
     source = str(info.get("source", ""))
     if rows == 0:
         raise CorpusError("the corpus has no text to search", where=source, fix="add passages with some text")
@@ -471,10 +502,11 @@ def _finish(work: Path, info: dict[str, Any], *, consumed: int, rows: int, nbyte
         "words": {"min": int(words.min()), "mean": float(words.mean()), "median": float(np.median(words)),
                   "max": int(words.max()), "total": int(words.sum(dtype=np.int64))},
         "duplicates_dropped": len(dropped_docs), "built": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "seconds": round(seconds, 2), "resumed": resumed, "peak_rss_bytes": peak_rss_bytes(),
+        "seconds": round(seconds, 2), "resumed": resumed, "sessions": sessions, "peak_rss_bytes": peak_rss_bytes(),
     }
     for name in (ROW_HASH_FILE, DOCS_FILE):
         (work / name).unlink(missing_ok=True)
+    manifest["checks"] = file_checks(work, STORE_FILES - {MANIFEST_FILE})
     write_json_atomic(work / MANIFEST_FILE, manifest)  # last: marks the store complete
 
 

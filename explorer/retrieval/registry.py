@@ -86,7 +86,8 @@ def open_retriever(spec: str = "demo", *, progress: Progress | None = None, fmt:
         def build() -> BM25Retriever:
             if progress:
                 progress(f"reading corpus '{spec}'")
-            corpus = load_corpus(spec if spec in NAMED_CORPORA else path, fmt, progress=progress)
+            corpus = load_corpus(spec if spec in NAMED_CORPORA else path, fmt, progress=progress,
+                                 follows=("bm25",) if choice.kind == "bm25" else ("bm25", "dense"))
             return BM25Retriever(corpus, settings=settings, params=params, progress=progress)
 
         bm25 = _indexes.get(key, build, stamp=stamp)
