@@ -144,12 +144,19 @@ def test_a_record_without_a_question_names_file_line_and_fix(tmp_path: Path) -> 
         message = _message(str(path))
     assert f"line 3 of {path} has no 'question' field" in message
     assert "read as question-only, the format detected from the first record" in message
-    assert "--format (hotpotqa, 2wiki, musique, nq, strategyqa, questions, flashrag)" in message
+    assert "--format" not in message  # no format reads a record without a question: none is suggested
+    # a record another format reads: that format is suggested, and it reads the file
+    flash = jsonl(tmp_path / "flash.jsonl", [FLASHRAG, {"id": "t8", "question": "who?", "answer": "Ada"}])
+    with using({"dataset_format": "--format"}):
+        message = _message(str(flash))
+    assert "line 2 of" in message and "has no 'golden_answers' field (read as FlashRAG" in message
+    assert "or read the file as question-only, which reads this record: --format questions" in message
+    assert [q.answers for q in resolve_source(str(flash), fmt="questions").load()] == [["1972", "in 1972"], ["Ada"]]
     # in Python, the keyword is named instead
-    assert "fmt=" in _message(str(path)) and "--format" not in _message(str(path))
+    assert "fmt=questions" in _message(str(flash)) and "--format" not in _message(str(flash))
     # where the caller has no format option, none is suggested
     with using({}):
-        assert "format with" not in _message(str(path))
+        assert "read the file as" not in _message(str(flash))
 
 
 @pytest.mark.parametrize("content, expected", [
@@ -261,3 +268,40 @@ def test_the_app_loads_a_question_file_as_a_source(tmp_path: Path) -> None:
     message = str(info.value)
     assert f"line 2 of {table}" in message and "the Format menu" in message
     assert "--format" not in message and "fmt=" not in message
+
+
+def test_a_record_without_an_answer_is_left_out_named_and_counted(tmp_path: Path, caplog) -> None:
+    """One ``"golden_answers": []`` among 849 questions: the first 15 that can be scored are read, the record is
+    named with where it is, and the evaluation's description counts it; the strict reading says how to fix it."""
+    import logging
+
+    from explorer.eval.question_files import read_questions
+
+    rows = [FLASHRAG | {"id": f"q{i}", "golden_answers": [f"a{i}"]} for i in range(849)]
+    rows[3]["golden_answers"] = []
+    path = as_json(tmp_path / "nq_test.json", rows)
+    with using({"dataset_format": "--format", "limit": "--limit"}), caplog.at_level(logging.WARNING):
+        source = resolve_source(str(path))
+        questions = source.load(15)
+    assert len(questions) == 15 and "q3" not in [q.id for q in questions] and questions[-1].id == "q15"
+    warning = " ".join(r.getMessage() for r in caplog.records)
+    assert "1 record(s) without an answer left out" in warning
+    assert f"record 4 of {path.resolve()} has an empty 'golden_answers'" in warning
+    assert source.describe()["skipped"] == 1
+    assert source.load(3) and source.describe()["skipped"] == 0  # counted for what was read, each time
+    with using({"dataset_format": "--format"}), pytest.raises(DatasetError) as strict:
+        list(read_questions(path.resolve(), "flashrag"))
+    assert f"record 4 of {path.resolve()} has an empty 'golden_answers', so it cannot be scored" in str(strict.value)
+    assert "--format" not in str(strict.value)  # no format would read an empty answer: none is suggested
+    lone = as_json(tmp_path / "none.json", [rows[3]])
+    assert "no record of" in _message(str(lone)) and "has an empty 'golden_answers'" in _message(str(lone))
+
+
+def test_a_title_map_given_as_questions_is_named_a_corpus_with_the_corpus_option(tmp_path: Path) -> None:
+    path = as_json(tmp_path / "hotpot_corpus.json", {"Colisee": ["The Colisee is an arena.", "It seats 3,677."],
+                                                     "Maineiacs": ["A hockey team."]})
+    with using({"dataset": "--dataset", "corpus": "--corpus"}):
+        message = _message(str(path))
+    assert f"{path.resolve()} is a corpus (passage) file, not a question file" in message
+    assert "2 titles to their text ({title: [sentence, ...]}, first title 'Colisee')" in message
+    assert f"--corpus {path.resolve()}, and the questions with --dataset QUESTION_FILE" in message

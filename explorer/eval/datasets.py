@@ -26,10 +26,11 @@ the readers in :mod:`explorer.eval.question_files`.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ from explorer.paths import DEMO_CORPUS_DIR, shared_data_dir
 __all__ = ["DATASETS", "DatasetSource", "Question", "QUESTION_FORMATS", "canonical_name", "default_path",
            "iter_questions", "load_dataset", "load_source", "resolve_source", "resolve_sources"]
 
+log = logging.getLogger("explorer.eval")
 DATASETS = ("hotpotqa", "musique", "2wiki", "nq", "strategyqa", "demo")
 DEFAULT_FILES = {
     "hotpotqa": "hotpotqa/dev_distractor_100.json",
@@ -93,19 +95,26 @@ def _missing_default(key: str, file: Path) -> DatasetError:
     return DatasetError(f"the {key} question file {file} is not there", fix="; or ".join(hints))
 
 
-def iter_questions(name: str, *, path: Path | str | None = None, data_dir: Path | str | None = None
-                   ) -> Iterator[Question]:
-    """Questions one by one, read as dataset ``name`` (JSON lines and tables are read as they are consumed)."""
+def iter_questions(name: str, *, path: Path | str | None = None, data_dir: Path | str | None = None,
+                   skipped: list[str] | None = None) -> Iterator[Question]:
+    """Questions one by one, read as dataset ``name`` (JSON lines and tables are read as they are consumed);
+    records without an answer are left out and named in ``skipped`` when it is given."""
     key = _dataset_name(name)
     file = Path(path).expanduser() if path else default_path(key, Path(data_dir) if data_dir else None)
     if not file.is_file():
         if path:
             raise DatasetError(f"question file not found: {file}", fix="check the path")
         raise _missing_default(key, file)
-    yield from read_questions(file, key, label=key, suggest_format=False)
+    yield from read_questions(file, key, label=key, suggest_format=False, skipped=skipped)
 
 
-def _collect(questions: Iterable[Question], limit: int | None, where: Path) -> list[Question]:
+SKIPPED_NAMED = 3  # records without an answer named one by one in the warning
+
+
+def _collect(questions: Iterable[Question], limit: int | None, where: Path,
+             skipped: list[str] | None = None) -> list[Question]:
+    """The first ``limit`` questions; records without an answer (named in ``skipped`` as they are read) are
+    left out with a warning that counts and names them, so the limit counts questions that can be scored."""
     if limit is not None and limit < 0:
         raise DatasetError(f"limit must be 0 or more, got {limit}")
     out: list[Question] = []
@@ -120,16 +129,26 @@ def _collect(questions: Iterable[Question], limit: int | None, where: Path) -> l
         out.append(question)
         if limit is not None and len(out) >= limit:
             break
+    if skipped:
+        named = "; ".join(skipped[:SKIPPED_NAMED]) + (f"; and {len(skipped) - SKIPPED_NAMED} more"
+                                                     if len(skipped) > SKIPPED_NAMED else "")
+        if not out:
+            raise DatasetError(f"no record of {where} that was read has an answer to score against ({named})",
+                               fix="give the records their answers ('answer', 'answers' or 'golden_answers')")
+        log.warning("%s: %d record(s) without an answer left out (they cannot be scored): %s", where, len(skipped),
+                    named)
     return out
 
 
 def load_dataset(name: str, *, path: Path | str | None = None, limit: int | None = None,
                  data_dir: Path | str | None = None) -> list[Question]:
-    """The first ``limit`` (default: all) questions of a dataset's default file, or of ``path``."""
+    """The first ``limit`` (default: all) questions of a dataset's default file, or of ``path``; records
+    without an answer are left out, with a warning naming them."""
     where = Path(path).expanduser() if path else default_path(name, Path(data_dir) if data_dir else None)
     if limit is not None and limit < 0:
         raise DatasetError(f"limit must be 0 or more, got {limit}")
-    return _collect(iter_questions(name, path=path, data_dir=data_dir), limit, where)
+    skipped: list[str] = []
+    return _collect(iter_questions(name, path=path, data_dir=data_dir, skipped=skipped), limit, where, skipped)
 
 
 # --- question sources: a benchmark name or a user's file ------------------------------------------
@@ -166,6 +185,8 @@ class DatasetSource:
     format: str
     detected: bool = False
     named: bool = False
+    #: the records without an answer the last :meth:`load` left out (where each is, and why)
+    skipped: list[str] = field(default_factory=list, compare=False, hash=False, repr=False)
 
     @property
     def spec(self) -> str:
@@ -185,14 +206,15 @@ class DatasetSource:
     def describe(self) -> dict[str, Any]:
         """What an evaluation stores about the source (and shows in its report)."""
         return {"file": str(self.path), "format": self.format, "format_detected": self.detected,
-                "fingerprint": self.fingerprint()}
+                "fingerprint": self.fingerprint(), "skipped": len(self.skipped)}
 
     def iter_questions(self) -> Iterator[Question]:
         return read_questions(self.path, self.format, label=self.label, suggest_format=not self.named,
-                              detected=self.detected)
+                              detected=self.detected, skipped=self.skipped)
 
     def load(self, limit: int | None = None) -> list[Question]:
-        return _collect(self.iter_questions(), limit, self.path)
+        self.skipped.clear()
+        return _collect(self.iter_questions(), limit, self.path, self.skipped)
 
 
 _LABEL = re.compile(r"[^\w.+-]+")

@@ -25,10 +25,11 @@ from explorer.eval.question_formats import (
     PARSERS,
     QUESTION_FORMATS,
     BadRecord,
+    NoAnswer,
     canonical_format,
     detect_format,
 )
-from explorer.options import option
+from explorer.options import option, usage
 from explorer.retrieval.formats import load_json, open_text
 
 CONTAINERS = {".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".tsv": "tsv"}
@@ -109,6 +110,8 @@ def _json(path: Path) -> Iterator[tuple[str, Any]]:
         data = load_json(path)
     except CorpusError as exc:
         raise _from_corpus_error(exc, path) from None
+    if isinstance(data, dict) and _is_title_map(data):
+        raise _title_map_given(path, data)
     if isinstance(data, dict) and isinstance(data.get("data"), list):
         data = data["data"]  # {"version": ..., "data": [...]}, as some releases ship
     if not isinstance(data, list):
@@ -116,6 +119,27 @@ def _json(path: Path) -> Iterator[tuple[str, Any]]:
                            fix="store the questions as a JSON list [{...}, ...] or as JSON lines (.jsonl)")
     for index, value in enumerate(data):
         yield f"record {index + 1} of {path}", value
+
+
+def _is_title_map(data: dict) -> bool:
+    """A corpus of the ``{title: [sentence, ...]}`` or ``{title: text}`` layout (no question in sight)."""
+    values = list(itertools.islice(data.values(), 50))
+    return bool(values) and "question" not in {str(k).lower() for k in data} and all(
+        isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v)) for v in values)
+
+
+def _title_map_given(path: Path, data: dict) -> DatasetError:
+    """A corpus {title: [sentences]} given where questions were expected: say so, and where it goes."""
+    from explorer.options import usage
+
+    first = next(iter(data))
+    layout = "{title: [sentence, ...]}" if isinstance(data[first], list) else "{title: text}"
+    as_corpus = usage("corpus", str(path))
+    fix = (f"give it as the corpus to search, {as_corpus}, and the questions with {option('dataset') or 'the dataset'}"
+           " QUESTION_FILE" if as_corpus else
+           "give a question file here (records with 'question' and 'answer'); a corpus is searched, not asked")
+    return DatasetError(f"{path} is a corpus (passage) file, not a question file: one JSON object mapping "
+                        f"{len(data):,} titles to their text ({layout}, first title {str(first)!r:.60})", fix=fix)
 
 
 #: How a table's cells may be separated: the one its name says comes first, then the others in use.
@@ -217,14 +241,38 @@ def _undetected(path: Path, where: str, record: Any) -> DatasetError:
                         f"{_keys(record)})", fix=fix)
 
 
+def _formats_reading(record: dict, index: int, shape: str) -> list[str]:
+    """The other formats that read this record (the only ones worth suggesting for it): the one its own
+    fields point to when that one reads it, else every one that does."""
+    own = detect_format(record)
+    if own is not None and own != shape:
+        try:
+            PARSERS[own](record, index)
+            return [own]
+        except (BadRecord, KeyError, TypeError, ValueError, AttributeError):
+            pass
+    found = []
+    for name in QUESTION_FORMATS:
+        if name == shape:
+            continue
+        try:
+            PARSERS[name](record, index)
+        except (BadRecord, KeyError, TypeError, ValueError, AttributeError):
+            continue
+        found.append(name)
+    return found
+
+
 def read_questions(path: Path, fmt: str | None = None, *, label: str | None = None,
-                   suggest_format: bool = True, detected: bool = False) -> Iterator[Question]:
+                   suggest_format: bool = True, detected: bool = False,
+                   skipped: list[str] | None = None) -> Iterator[Question]:
     """Questions one by one; ``fmt`` None detects the format from the first record.
 
     Each question is filed under ``label`` (default: the format's dataset name). ``suggest_format``
     False keeps messages from suggesting another format (a benchmark name fixes its format);
-    ``detected`` says ``fmt`` was detected earlier (messages say so)."""
-    hint = format_hint() if suggest_format else ""
+    ``detected`` says ``fmt`` was detected earlier (messages say so). A record with an empty answer
+    (``"golden_answers": []``) cannot be scored: with ``skipped`` given it is left out and named there
+    (where it is and why), else it stops the reading like any other fault."""
     wanted = check_format(fmt) if fmt else None
     records = iter_records(path)
     shape: str | None = wanted
@@ -239,9 +287,20 @@ def read_questions(path: Path, fmt: str | None = None, *, label: str | None = No
                                fix="write one JSON object per question")
         try:
             question = PARSERS[shape](record, index)
+        except NoAnswer as exc:
+            if skipped is not None:
+                skipped.append(f"{where} {exc}")
+                continue
+            raise DatasetError(f"{where} {exc}, so it cannot be scored",
+                               fix="give that record its answer, or remove it (an evaluation leaves such records "
+                                   "out and counts them)") from None
         except BadRecord as exc:
             how = f"read as {FORMAT_TITLES[shape]}" + (", the format detected from the first record" if detected
                                                         else "")
+            others = _formats_reading(record, index, shape) if suggest_format else []
+            told = usage("dataset_format", others[0]) if others else None
+            hint = (f", or read the file as {' or '.join(FORMAT_TITLES[o] for o in others)}, which reads this "
+                    f"record: {told}") if told else ""
             raise DatasetError(f"{where} {exc} ({how})",
                                fix=f"correct that record so it fits the {FORMAT_TITLES[shape]} format" + hint) \
                 from None

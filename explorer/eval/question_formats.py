@@ -47,6 +47,11 @@ class BadRecord(Exception):
     """What is wrong with one record (the reader adds where it is and how to fix it)."""
 
 
+class NoAnswer(BadRecord):
+    """A record whose answer is empty (``"golden_answers": []``): it cannot be scored, so an evaluation
+    leaves it out and counts it, where other faults stop the reading."""
+
+
 # --- field helpers --------------------------------------------------------------------------------
 
 
@@ -96,7 +101,7 @@ def answers_of(*values: Any, key: str = "answer") -> list[str]:
             if item and item not in out:
                 out.append(item)
     if not out:
-        raise BadRecord(f"has an empty '{key}'")
+        raise NoAnswer(f"has an empty '{key}'")
     return out
 
 
@@ -114,9 +119,10 @@ def aliases_of(record: dict) -> list[str]:
             if not isinstance(value, (list, str)):
                 raise BadRecord(f"has {_a(key)} '{key}' that is {_json_kind(value)}, not a list of strings (leave "
                                 "the field out when there are none)")
-            if value in ("", []):
+            try:
+                return answers_of(value, key=key)
+            except NoAnswer:  # no alias given ("", [], or only blanks)
                 return []
-            return answers_of(value, key=key)
     return []
 
 

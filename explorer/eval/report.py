@@ -288,6 +288,8 @@ def _dataset_text(name: str, info: dict[str, Any], coverage: Coverage | None = N
                      else f"none of the first {asked} questions run yet") + some
         else:
             count = f"{full} questions run by every method{some}"
+    if info.get("skipped"):
+        count += f" ({info['skipped']} record(s) without an answer left out)"
     if not info.get("file"):
         return f"{dataset_title(name)}: {count}"
     fmt = FORMAT_TITLES.get(info.get("format"), info.get("format"))
