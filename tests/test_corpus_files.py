@@ -82,6 +82,12 @@ def test_bad_bytes_are_placed_on_their_line_and_nul_bytes_and_huge_rows_are_repo
     with pytest.raises(CorpusError) as zero:
         load_corpus(nul)
     assert zero.value.where == f"{nul}:11" and "NUL byte" in zero.value.what and "tr -d" in zero.value.fix
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.txt").write_text("first line\nsecond\x00line\n", encoding="utf-8")
+    with pytest.raises(CorpusError) as zero:
+        load_corpus(folder)
+    assert zero.value.where == f"{folder / 'a.txt'}:2" and "NUL byte" in zero.value.what
 
     rows = dpr_lines(20)
     text = " ".join(f"wd{i % 997:03d}" for i in range(216_000))  # 1.3 MB: two files joined, say

@@ -468,6 +468,10 @@ def _read_txt(path: Path, doc_id: str) -> Document:
                           fix="re-save the file as UTF-8") from exc
     except OSError as exc:
         raise CorpusError(f"cannot read the file ({exc.strerror or exc})", where=str(path)) from exc
+    if "\x00" in text:
+        line = text.count("\n", 0, text.index("\x00")) + 1
+        raise CorpusError("the file holds a NUL byte (\\x00), which no text has: the file is damaged or not text",
+                          where=f"{path}:{line}", fix="remove the NUL bytes (e.g. tr -d '\\000' < IN > OUT)")
     return Document(id=doc_id, title=path.stem, text=text, where=str(path))
 
 
