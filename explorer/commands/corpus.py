@@ -151,13 +151,13 @@ def _read_rows(read: dict | None) -> list[tuple[str, str]]:
         return []
     rows = [("lines", f"{read['records']:,} records read from {read['data_lines']:,} lines after the header"
                       + (f" ({read['blank_lines']:,} blank)" if read.get("blank_lines") else ""))]
-    for key, count, what in (("spanning", "spanning_count", "span lines or hold a tab"),
-                             ("long_rows", "long_count", "are far longer than a passage")):
+    for key, count, label, what in (("spanning", "spanning_count", "joined lines", "span lines or hold a tab"),
+                                    ("long_rows", "long_count", "overlong rows", "are far longer than a passage")):
         if read.get(count):
             named = "; ".join(read.get(key) or [])
             more = read[count] - len(read.get(key) or [])
-            rows.append(("WARNING", f"{read[count]:,} record(s) {what}: {named}" + (f"; and {more:,} more" if more > 0
-                                                                                   else "")))
+            rows.append((label, f"WARNING: {read[count]:,} record(s) {what}: {named}"
+                                + (f"; and {more:,} more" if more > 0 else "")))
     return rows
 
 
