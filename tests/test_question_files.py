@@ -198,8 +198,9 @@ def test_malformed_json_and_tables(tmp_path: Path) -> None:
     unknown.write_text("x", encoding="utf-8")
     assert "cannot tell how" in _message(str(unknown)) and ".jsonl" in _message(str(unknown))
     latin = tmp_path / "latin.jsonl"
-    latin.write_bytes('{"question": "caf\xe9?", "answer": "x"}\n'.encode("latin-1"))
-    assert "not UTF-8" in _message(str(latin))
+    good = json.dumps({"question": "tea?", "answer": "x" * 40}) + "\n"
+    latin.write_bytes((good * 300 + '{"question": "caf\xe9?", "answer": "x"}\n').encode("latin-1"))
+    assert f"line 301 of {latin.resolve()} is not UTF-8" in _message(str(latin))  # its line, not the read-ahead's
 
 
 def test_wrong_names_paths_and_formats(tmp_path: Path) -> None:
@@ -288,6 +289,10 @@ def test_a_record_without_an_answer_is_left_out_named_and_counted(tmp_path: Path
     assert "1 record(s) without an answer left out" in warning
     assert f"record 4 of {path.resolve()} has an empty 'golden_answers'" in warning
     assert source.describe()["skipped"] == 1
+    from explorer.eval.report import _dataset_text
+
+    assert "nq_test: first 15 (1 record(s) without an answer left out) of" in _dataset_text(
+        "nq_test", {**source.describe(), "limit": 15, "asked": 15})
     assert source.load(3) and source.describe()["skipped"] == 0  # counted for what was read, each time
     with using({"dataset_format": "--format"}), pytest.raises(DatasetError) as strict:
         list(read_questions(path.resolve(), "flashrag"))

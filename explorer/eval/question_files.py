@@ -30,7 +30,7 @@ from explorer.eval.question_formats import (
     detect_format,
 )
 from explorer.options import option, usage
-from explorer.retrieval.formats import load_json, open_text
+from explorer.retrieval.formats import first_bad_utf8, load_json, open_text
 
 CONTAINERS = {".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".tsv": "tsv"}
 
@@ -82,6 +82,15 @@ def _from_corpus_error(exc: CorpusError, path: Path) -> DatasetError:
     return DatasetError(joined, fix=exc.fix)
 
 
+def _not_utf8(path: Path, exc: UnicodeDecodeError) -> DatasetError:
+    """The line that holds the bytes that are not UTF-8 (found by reading the file again: the text stream
+    decodes ahead of the line being read)."""
+    found = first_bad_utf8(path)
+    where = f"line {found[0]} of {path}" if found else str(path)
+    return DatasetError(f"{where} is not UTF-8 text ({found[2] if found else exc.reason})",
+                        fix="re-save the file as UTF-8")
+
+
 def _jsonl(path: Path) -> Iterator[tuple[str, Any]]:
     number = 0
     try:
@@ -96,8 +105,7 @@ def _jsonl(path: Path) -> Iterator[tuple[str, Any]]:
                                        fix="write one JSON object per line") from None
                 yield f"line {number} of {path}", value
     except UnicodeDecodeError as exc:
-        raise DatasetError(f"line {number + 1} of {path} is not UTF-8 text ({exc.reason})",
-                           fix="re-save the file as UTF-8") from None
+        raise _not_utf8(path, exc) from None
     except CorpusError as exc:
         raise _from_corpus_error(exc, path) from None
     except (OSError, EOFError) as exc:
@@ -186,7 +194,7 @@ def _table(path: Path, delimiter: str) -> Iterator[tuple[str, Any]]:
         raise DatasetError(f"{path} is not a well-formed table ({exc})", fix="re-save it as CSV with a header row") \
             from None
     except UnicodeDecodeError as exc:
-        raise DatasetError(f"{path} is not UTF-8 text ({exc.reason})", fix="re-save the file as UTF-8") from None
+        raise _not_utf8(path, exc) from None
     except CorpusError as exc:
         raise _from_corpus_error(exc, path) from None
 
