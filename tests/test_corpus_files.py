@@ -57,6 +57,15 @@ def test_an_unbalanced_quote_is_named_with_its_lines_and_the_count_against_the_l
     out = str(_read_rows(load_corpus(path).store.manifest["read"]))  # what `corpus info` shows every time
 
     assert "999 records read from 1,000 lines" in out and "line 501 to 502" in out
+    # many such records: the first are named, all are listed (up to a thousand) in the store's manifest
+    many = [f'{i}\t"opened\tT{i}\n' if i % 2 else f'{i}\tclosed" here\tT{i}\n' for i in range(1, 61)]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="explorer"):
+        joined = load_corpus(write_tsv(tmp_path / "many.tsv", many))
+    listed = joined.store.manifest["read"]
+    assert listed["spanning_count"] == 30 and len(listed["spanning"]) == 30 and len(joined) == 30
+    assert listed["spanning"][-1] == "line 60 to 61 (id '59', holding a tab and a line break)"
+    assert "; and 20 more (listed in the passage store's manifest.json)" in caplog.text
     # a tab inside a quoted text (one line) is named too
     tabbed = write_tsv(tmp_path / "tabbed.tsv", ['1\t"a text\twith a tab"\tT\n', "2\tplain\tU\n"])
     caplog.clear()

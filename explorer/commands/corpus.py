@@ -147,6 +147,8 @@ def _info(args: argparse.Namespace) -> int:
 
 def _read_rows(read: dict | None) -> list[tuple[str, str]]:
     """What reading a DPR file found: its records against its lines, and the rows named as suspect."""
+    from explorer.retrieval.formats import named_rows
+
     if not read or "records" not in read:
         return []
     rows = [("lines", f"{read['records']:,} records read from {read['data_lines']:,} lines after the header"
@@ -154,10 +156,8 @@ def _read_rows(read: dict | None) -> list[tuple[str, str]]:
     for key, count, label, what in (("spanning", "spanning_count", "joined lines", "span lines or hold a tab"),
                                     ("long_rows", "long_count", "overlong rows", "are far longer than a passage")):
         if read.get(count):
-            named = "; ".join(read.get(key) or [])
-            more = read[count] - len(read.get(key) or [])
-            rows.append((label, f"WARNING: {read[count]:,} record(s) {what}: {named}"
-                                + (f"; and {more:,} more" if more > 0 else "")))
+            rows.append((label, f"WARNING: {read[count]:,} record(s) {what}: "
+                                + named_rows(read.get(key) or [], read[count])))
     return rows
 
 

@@ -371,11 +371,16 @@ _DPR_FIX = "DPR passages are tab-separated with the header 'id<TAB>text<TAB>titl
 #: A DPR passage is 100 words (about 600 characters); a row this long is not one passage but damage (two files
 #: joined, lines merged by a quote), and it would be cut into hundreds of passages none of which has its id.
 LONG_ROW_CHARS = 20_000
-NAMED_ROWS = 10  # rows named one by one in a warning; the rest are counted
+NAMED_ROWS = 10  # rows named one by one in a warning and by `corpus info`
+LISTED_ROWS = 1000  # rows listed in the store's manifest (``read``); beyond, counted
 
 
-def _named(rows: list[str], count: int) -> str:
-    return "; ".join(rows) + (f"; and {count - len(rows):,} more" if count > len(rows) else "")
+def named_rows(rows: list[str], count: int) -> str:
+    """The first rows by line, and how many more (all listed up to LISTED_ROWS in the store's manifest)."""
+    shown = rows[:NAMED_ROWS]
+    more = count - len(shown)
+    return "; ".join(shown) + (f"; and {more:,} more" + (" (listed in the passage store's manifest.json)"
+                                                          if len(rows) > len(shown) else "") if more else "")
 
 
 def _tsv_report(path: Path, notes: dict[str, Any]) -> None:
@@ -389,12 +394,12 @@ def _tsv_report(path: Path, notes: dict[str, Any]) -> None:
                     "one line; an unbalanced quote joins the lines after it into one passage, and their ids "
                     "are lost): %s. %s. Fix the quoting of those lines (a quote inside a text is written twice, "
                     "\"\") if they were not meant as one passage", path, notes["spanning_count"],
-                    _named(spanning, notes["spanning_count"]), counted)
+                    named_rows(spanning, notes["spanning_count"]), counted)
     if notes["long_count"]:
         log.warning("%s: %d row(s) are longer than %s characters (a DPR passage is about 600): %s. Each is cut "
                     "into passages ID#1, ID#2, ... and its own id names none of them; check those lines (two "
                     "files joined, or lines merged)", path, notes["long_count"], f"{LONG_ROW_CHARS:,}",
-                    _named(long_rows, notes["long_count"]))
+                    named_rows(long_rows, notes["long_count"]))
 
 
 def iter_dpr_tsv(path: Path, notes: dict[str, Any] | None = None) -> Iterator[Document]:
@@ -442,7 +447,7 @@ def iter_dpr_tsv(path: Path, notes: dict[str, Any] | None = None) -> Iterator[Do
                 notes["records"] += 1
                 if line > start or "\t" in text or "\t" in title:
                     notes["spanning_count"] += 1
-                    if len(notes["spanning"]) < NAMED_ROWS:
+                    if len(notes["spanning"]) < LISTED_ROWS:
                         both = text + title
                         held = [what for what, there in (("a tab", "\t" in both),
                                                           ("a line break", "\n" in both or "\r" in both)) if there]
@@ -450,7 +455,7 @@ def iter_dpr_tsv(path: Path, notes: dict[str, Any] | None = None) -> Iterator[Do
                                                  + f" (id {doc_id!r:.40}, holding {' and '.join(held) or 'a tab'})")
                 if len(text) > LONG_ROW_CHARS:
                     notes["long_count"] += 1
-                    if len(notes["long_rows"]) < NAMED_ROWS:
+                    if len(notes["long_rows"]) < LISTED_ROWS:
                         notes["long_rows"].append(f"line {start} (id {doc_id!r:.40}, {len(text):,} characters, "
                                                   f"{len(text.split()):,} words)")
                 yield Document(id=doc_id, title=title, text=text, where=where)
