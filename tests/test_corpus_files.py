@@ -18,6 +18,7 @@ from explorer.retrieval import passage_store as store_module
 from explorer.retrieval.bm25 import BM25Retriever
 from explorer.retrieval.bm25_index import BM25Index
 from explorer.retrieval.corpora import load_corpus
+from explorer.retrieval.health import corpus_health
 from explorer.retrieval.passage_store import PassageStore
 
 
@@ -55,6 +56,9 @@ def test_an_unbalanced_quote_is_named_with_its_lines_and_the_count_against_the_l
     read = corpus.store.manifest["read"]
     assert (read["records"], read["data_lines"], read["spanning_count"]) == (999, 1000, 1)
     out = str(_read_rows(load_corpus(path).store.manifest["read"]))  # what `corpus info` shows every time
+    health = corpus_health(BM25Retriever(corpus))  # and what every trace's corpus facts carry
+    assert health["read"] == {"records": 999, "lines": 1000, "joined_lines": 1, "overlong_rows": 0, "ok": False}
+    assert health["ok"] is False
 
     assert "999 records read from 1,000 lines" in out and "line 501 to 502" in out
     # many such records: the first are named, all are listed (up to a thousand) in the store's manifest

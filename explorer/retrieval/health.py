@@ -7,6 +7,8 @@ searched was whole:
 - **passage count** against the known count of a known corpus (DPR's ``psgs_w100.tsv`` has
   21,015,324 passages: a truncated download or a wrong file shows at once);
 - **sizes on disk** of the passage store and of the retriever's index;
+- **how a DPR file was read**: its records against its lines, and how many records spanned lines or
+  held a tab, or were far longer than a passage (each warned about by line when the file was read);
 - **distinct queries, distinct results**: a few queries made from passages spread over the
   corpus (each passage's title and first words) must not all return the same list. An index
   whose postings were mixed up, or a retriever that answers every query with the same passages,
@@ -73,7 +75,12 @@ def corpus_health(retriever: Any) -> dict[str, Any]:
         "store_bytes": folder_bytes(corpus.store.folder), "index_bytes": index_bytes(retriever),
         "distinct_queries": distinct_results(retriever, corpus),
     }
-    facts["ok"] = bool(facts["count_ok"] and facts["distinct_queries"]["ok"])
+    read = corpus.store.manifest.get("read") or {}
+    if "records" in read:  # a DPR file: its records against its lines, and the rows warned about when read
+        facts["read"] = {"records": read["records"], "lines": read["data_lines"],
+                         "joined_lines": read.get("spanning_count", 0), "overlong_rows": read.get("long_count", 0)}
+        facts["read"]["ok"] = not (facts["read"]["joined_lines"] or facts["read"]["overlong_rows"])
+    facts["ok"] = bool(facts["count_ok"] and facts["distinct_queries"]["ok"] and facts.get("read", {}).get("ok", True))
     try:
         retriever._health = dict(facts)
     except AttributeError:  # a retriever with __slots__: recomputed next time
