@@ -320,13 +320,14 @@ def build_store(final: Path, key: str, documents: Callable[[], Iterator[Document
     with folder.locked(wait_message=progress):
         if store_is_complete(final):  # built by the process we waited for
             return PassageStore(final)
+        state = folder.checkpoint()
         parts = whole_build_bytes(input_bytes or 0, follows)
         what = " and ".join(f"{part} (about {human_bytes(n)})" for part, n in parts.items()) if len(parts) > 1 \
             else "passage store"
-        check_disk(folder.work, sum(parts.values()), what, already=folder_bytes(folder.work))
+        resumable = str(state.get("key", "")).split(":", 1)[0] == key  # what an earlier session wrote counts
+        check_disk(folder.work, sum(parts.values()), what, already=folder_bytes(folder.work) if resumable else 0)
         if source_digest is not None:
             key = f"{key}:{source_digest()}"
-        state = folder.checkpoint()
         if state.get("key") != key:
             folder.reset()
             state = {"key": key}
