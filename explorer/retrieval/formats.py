@@ -409,9 +409,8 @@ def iter_dpr_tsv(path: Path, notes: dict[str, Any] | None = None) -> Iterator[Do
     count of lines are all reported (``notes``, filled when the file has been read, and warnings)."""
     csv.field_size_limit(1 << 30)
     line = 0
-    notes = {} if notes is None else notes
-    notes.clear()
-    notes.update(records=0, data_lines=0, blank_lines=0, spanning=[], spanning_count=0, long_rows=[], long_count=0)
+    found: dict[str, Any] = {"records": 0, "data_lines": 0, "blank_lines": 0, "spanning": [], "spanning_count": 0,
+                             "long_rows": [], "long_count": 0}
     with open_text(path) as stream, _read_errors(lambda: f"{path}:{line + 1}", path):
         reader = csv.reader(stream, delimiter="\t")
         try:
@@ -428,7 +427,7 @@ def iter_dpr_tsv(path: Path, notes: dict[str, Any] | None = None) -> Iterator[Do
             for row in reader:
                 start, line = line + 1 if line else first_data, reader.line_num
                 if not row or (len(row) == 1 and not row[0].strip()):
-                    notes["blank_lines"] += line - start + 1
+                    found["blank_lines"] += line - start + 1
                     continue
                 where = f"{path}:{start}"
                 if len(row) != len(header):
@@ -444,25 +443,28 @@ def iter_dpr_tsv(path: Path, notes: dict[str, Any] | None = None) -> Iterator[Do
                     raise CorpusError("the row holds a NUL byte (\\x00), which no text has: the file is damaged",
                                       where=where, fix="download the file again, or remove the NUL bytes "
                                                        "(e.g. tr -d '\\000' < IN > OUT)")
-                notes["records"] += 1
+                found["records"] += 1
                 if line > start or "\t" in text or "\t" in title:
-                    notes["spanning_count"] += 1
-                    if len(notes["spanning"]) < LISTED_ROWS:
+                    found["spanning_count"] += 1
+                    if len(found["spanning"]) < LISTED_ROWS:
                         both = text + title
                         held = [what for what, there in (("a tab", "\t" in both),
                                                           ("a line break", "\n" in both or "\r" in both)) if there]
-                        notes["spanning"].append(f"line {start}" + (f" to {line}" if line > start else "")
+                        found["spanning"].append(f"line {start}" + (f" to {line}" if line > start else "")
                                                  + f" (id {doc_id!r:.40}, holding {' and '.join(held) or 'a tab'})")
                 if len(text) > LONG_ROW_CHARS:
-                    notes["long_count"] += 1
-                    if len(notes["long_rows"]) < LISTED_ROWS:
-                        notes["long_rows"].append(f"line {start} (id {doc_id!r:.40}, {len(text):,} characters, "
+                    found["long_count"] += 1
+                    if len(found["long_rows"]) < LISTED_ROWS:
+                        found["long_rows"].append(f"line {start} (id {doc_id!r:.40}, {len(text):,} characters, "
                                                   f"{len(text.split()):,} words)")
                 yield Document(id=doc_id, title=title, text=text, where=where)
         except csv.Error as exc:
             raise CorpusError(f"malformed TSV ({exc})", where=f"{path}:{reader.line_num}", fix=_DPR_FIX) from exc
-        notes["data_lines"] = max(0, reader.line_num - first_data + 1)
-    _tsv_report(path, notes)
+        found["data_lines"] = max(0, reader.line_num - first_data + 1)
+    _tsv_report(path, found)
+    if notes is not None:  # only a reading to the end reports (a partial one, looking up a record, does not)
+        notes.clear()
+        notes.update(found)
 
 
 def _read_txt(path: Path, doc_id: str) -> Document:
