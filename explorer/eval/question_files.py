@@ -138,8 +138,6 @@ def _is_title_map(data: dict) -> bool:
 
 def _title_map_given(path: Path, data: dict) -> DatasetError:
     """A corpus {title: [sentences]} given where questions were expected: say so, and where it goes."""
-    from explorer.options import usage
-
     first = next(iter(data))
     layout = "{title: [sentence, ...]}" if isinstance(data[first], list) else "{title: text}"
     as_corpus = usage("corpus", str(path))
@@ -249,26 +247,21 @@ def _undetected(path: Path, where: str, record: Any) -> DatasetError:
                         f"{_keys(record)})", fix=fix)
 
 
+def _reads(name: str, record: dict, index: int) -> bool:
+    try:
+        PARSERS[name](record, index)
+    except (BadRecord, KeyError, TypeError, ValueError, AttributeError):
+        return False
+    return True
+
+
 def _formats_reading(record: dict, index: int, shape: str) -> list[str]:
     """The other formats that read this record (the only ones worth suggesting for it): the one its own
     fields point to when that one reads it, else every one that does."""
     own = detect_format(record)
-    if own is not None and own != shape:
-        try:
-            PARSERS[own](record, index)
-            return [own]
-        except (BadRecord, KeyError, TypeError, ValueError, AttributeError):
-            pass
-    found = []
-    for name in QUESTION_FORMATS:
-        if name == shape:
-            continue
-        try:
-            PARSERS[name](record, index)
-        except (BadRecord, KeyError, TypeError, ValueError, AttributeError):
-            continue
-        found.append(name)
-    return found
+    if own is not None and own != shape and _reads(own, record, index):
+        return [own]
+    return [name for name in QUESTION_FORMATS if name != shape and _reads(name, record, index)]
 
 
 def read_questions(path: Path, fmt: str | None = None, *, label: str | None = None,
