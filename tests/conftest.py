@@ -4,6 +4,7 @@ corpus for integration tests, and a temporary cache so tests never touch the use
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,8 @@ from explorer.paths import shared_data_dir
 os.environ.setdefault("EXPLORER_CACHE", str(Path(__file__).resolve().parent.parent / ".cache"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Files `explorer data fetch` puts away go to a folder of this test session, never the user's.
+os.environ.setdefault("EXPLORER_DOWNLOADS", tempfile.mkdtemp(prefix="explorer-fetched-"))
 
 
 @pytest.fixture(scope="session")
