@@ -79,8 +79,9 @@ CATALOG: tuple[DataFile, ...] = (
     DataFile(name="wikipedia", title="Wikipedia (Dec. 2018) in 21,015,324 passages of 100 words, DPR's split",
              kind="corpus", path="wikipedia/psgs_w100.tsv.gz",
              licence="CC BY-SA 3.0 (Wikipedia text); DPR's release is under CC BY-NC 4.0",
-             source="Karpukhin et al. 2020, https://github.com/facebookresearch/DPR", size="about 4.4 GB",
-             url=DPR_URL, note="indexing it takes hours and tens of GB: `explorer corpus index wikipedia`"),
+             source="Karpukhin et al. 2020, https://github.com/facebookresearch/DPR",
+             size="several GB (13 GB unpacked)",
+             url=DPR_URL, note="indexing it takes hours and tens of GB: `python -m explorer corpus index wikipedia`"),
 )
 ALIASES = {"hotpot": "hotpotqa", "2wikimultihopqa": "2wiki", "nq-open": "nq", "nq_open": "nq",
            "strategy": "strategyqa", "dpr": "wikipedia", "psgs_w100": "wikipedia", "wiki": "wikipedia"}
