@@ -185,7 +185,7 @@ def _trace_spans(tracer: Any, ids: _Ids, trace: Trace, evaluation: str | None) -
     queries = {e.id: e for e in trace.events if e.kind == "query"}
     for event in trace.events:
         at = start + int(event.t * 1e9)
-        began = at - int(float(event.payload.get("seconds") or 0.0) * 1e9)
+        began = max(start, at - int(float(event.payload.get("seconds") or 0.0) * 1e9))  # never before its run
         ids.span_id = _id(trace.run_id, event.id)
         if event.kind == "generation":
             spans[event.id] = _llm_span(tracer, context, event, model, trace, began), at

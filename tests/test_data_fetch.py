@@ -109,8 +109,12 @@ def test_fetch_shows_the_licence_verifies_and_puts_the_file_where_the_name_finds
 @pytest.mark.slow
 def test_a_killed_download_resumes_where_it_stopped(hub, tmp_path, capsys) -> None:
     """Ctrl-C in the middle of a download keeps the bytes that arrived; the next run asks only for the rest."""
-    big = jsonl([hotpot_record(i, filler=60) for i in range(22_000)])  # ~12 MB: past huggingface_hub's 10 MB chunk
-    served = hub.files[f"{FLASHRAG_REPO}/hotpotqa/dev.jsonl"] = Served(big, lfs=True, hang_after=len(big) - 500_000)
+    from huggingface_hub import constants
+
+    chunk = constants.DOWNLOAD_CHUNK_SIZE  # what huggingface_hub writes at a time (10 MB)
+    record = len(jsonl([hotpot_record(0, filler=60)]))
+    big = jsonl([hotpot_record(i, filler=60) for i in range((chunk + 2_000_000) // record)])
+    served = hub.files[f"{FLASHRAG_REPO}/hotpotqa/dev.jsonl"] = Served(big, lfs=True, hang_after=chunk + 1_000_000)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen([sys.executable, "-m", "explorer", "data", "fetch", "hotpotqa"], cwd=ROOT, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
