@@ -170,13 +170,16 @@ def test_offline_and_unreachable_say_what_cannot_be_reached_and_what_to_do(hub, 
     assert "no fetchable file named 'squad'" in capsys.readouterr().err
 
 
-def test_names_not_fetched_yet_say_how_to_fetch_them(hub) -> None:
+def test_names_not_fetched_yet_say_how_to_fetch_them(hub, tmp_path, monkeypatch) -> None:
     with pytest.raises(DatasetError, match=r"python -m explorer data fetch musique"):
         load_dataset("musique")
     from explorer.retrieval.registry import open_retriever
 
     with pytest.raises(CorpusError, match=r"python -m explorer data fetch wikipedia"):
         open_retriever("wikipedia")
+    monkeypatch.setenv("EXPLORER_CACHE", str(tmp_path / "fresh-cache"))  # no pooled benchmark corpus built yet
+    with pytest.raises(CorpusError, match=r"benchmark samples.*--corpus hotpotqa"):
+        open_retriever("benchmark")  # the default corpus of eval: what to search instead in a fresh clone
 
 
 def _dpr_tsv_gz() -> bytes:
