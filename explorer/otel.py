@@ -116,7 +116,7 @@ class _Collected:
 def build_spans(traces: Iterable[Trace], *, project: str = SERVICE, evaluation: str | None = None) -> list[Any]:
     """The finished OpenTelemetry spans (``ReadableSpan``) of every trace, in the OpenInference conventions."""
     from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import IdGenerator, TracerProvider
+    from opentelemetry.sdk.trace import IdGenerator, SpanLimits, TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
     ids = _Ids()
@@ -131,7 +131,12 @@ def build_spans(traces: Iterable[Trace], *, project: str = SERVICE, evaluation: 
     collected = _Collected()
     provider = TracerProvider(resource=Resource.create({"service.name": SERVICE,
                                                         "openinference.project.name": project}),
-                              id_generator=Generator())
+                              id_generator=Generator(),
+                              # the SDK keeps 128 events and attributes per span by default: a long run has more
+                              # decisions, a wide retrieval more documents, and none may be dropped silently
+                              span_limits=SpanLimits(max_attributes=SpanLimits.UNSET, max_events=SpanLimits.UNSET,
+                                                     max_span_attributes=SpanLimits.UNSET,
+                                                     max_event_attributes=SpanLimits.UNSET))
     provider.add_span_processor(SimpleSpanProcessor(collected))
     tracer = provider.get_tracer("explorer.otel")
     for trace in traces:

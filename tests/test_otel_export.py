@@ -212,3 +212,20 @@ def test_a_collector_that_is_not_there_is_said_plainly(runs) -> None:
     with pytest.raises(ExplorerError, match="did not accept the spans"):
         send(build_spans(runs[:1]), f"http://127.0.0.1:{port}", timeout=1)
 
+
+
+def test_a_wide_retrieval_and_a_long_run_lose_nothing() -> None:
+    """More documents and decisions than the OpenTelemetry SDK keeps by default (128 of each per span)."""
+    from explorer.otel import build_spans
+    from explorer.trace import Event
+    from tests.eval_helpers import make_trace
+
+    trace = make_trace("dragin", "x", ["x"], hits=[[f"p{i}#0" for i in range(60)]], gold_passages=["p59#0"])
+    for i in range(200):
+        trace.events.append(Event(kind="note", payload={"message": f"note {i}"}, id=len(trace.events)))
+    spans = build_spans([trace])
+    [retriever] = [s for s in spans if s.attributes["openinference.span.kind"] == "RETRIEVER"]
+    [run] = [s for s in spans if s.parent is None]
+    assert retriever.attributes["retrieval.documents.59.document.id"] == "p59#0"
+    assert json.loads(retriever.attributes["retrieval.documents.59.document.metadata"])["gold"] is True
+    assert len(run.events) == 200 and run.events[-1].attributes["note.message"] == "note 199"
