@@ -234,6 +234,7 @@ def _llm_span(tracer: Any, context: Any, event: Event, model: str, trace: Trace,
         "explorer.event_id": event.id, "explorer.step": event.step, "explorer.purpose": str(p.get("purpose")),
         **_attributes({k: v for k, v in p.items() if k not in ("text", "purpose", "seconds")}, "explorer.generation"),
     }
+    attrs.update(_token_signals(p.get("tokens") or []))
     if isinstance(prompt_tokens, int):
         attrs[A.LLM_TOKEN_COUNT_PROMPT] = prompt_tokens
         attrs[A.LLM_TOKEN_COUNT_TOTAL] = prompt_tokens + completion
@@ -242,6 +243,21 @@ def _llm_span(tracer: Any, context: Any, event: Event, model: str, trace: Trace,
         attrs["explorer.model.source"] = str(provider)
     return tracer.start_span(f"generate {p.get('purpose', '')}".strip(), context=context, attributes=attrs,
                              start_time=began)
+
+
+def _token_signals(tokens: list[dict[str, Any]]) -> dict[str, Any]:
+    """The span's tokens and each per-token signal as parallel lists (``explorer.signal.rind`` ...); a token
+    without a value of a signal has NaN there (attribute lists hold one type and no nulls)."""
+    if not tokens:
+        return {}
+    out: dict[str, Any] = {"explorer.tokens": [str(t.get("text", "")) for t in tokens]}
+    names = sorted({name for t in tokens for name, v in (t.get("signals") or {}).items()
+                    if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    for name in names:
+        values = [(t.get("signals") or {}).get(name) for t in tokens]
+        out[f"explorer.signal.{name}"] = [float(v) if isinstance(v, (int, float)) and not isinstance(v, bool)
+                                          else float("nan") for v in values]
+    return out
 
 
 def _retriever_span(tracer: Any, context: Any, event: Event, query: Event | None, gold: set[str], began: int) -> Any:

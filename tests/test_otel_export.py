@@ -78,7 +78,7 @@ def attrs(span) -> dict:
     for kv in span.attributes:
         value = kv.value
         kind = value.WhichOneof("value")
-        out[kv.key] = list(v.string_value or v.double_value for v in value.array_value.values) \
+        out[kv.key] = [getattr(v, v.WhichOneof("value")) for v in value.array_value.values] \
             if kind == "array_value" else getattr(value, kind)
     return out
 
@@ -163,6 +163,10 @@ def test_every_method_is_exported_as_openinference_spans(runs, receiver, tmp_pat
     assert (values["check.signal"].string_value, values["check.threshold"].double_value) == \
         ("rind", check.payload["threshold"])
     assert {e.name for e in span.events} >= {"check", "trigger", "truncation"}
+    tokens = dragin.event(check.payload["span"]).payload["tokens"]  # the token strip, each token's signals
+    assert attrs(span)["explorer.tokens"] == [t["text"] for t in tokens]
+    rind = [t["signals"].get("rind") for t in tokens]
+    assert [v for v in attrs(span)["explorer.signal.rind"] if v == v] == [v for v in rind if v is not None]
     seakr = next(t for t in runs if t.method == "seakr")
     names = {e.name for s in by_trace[seakr.run_id] for e in s.events}
     assert "uncertainty" in names  # U against δ
