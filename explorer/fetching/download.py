@@ -33,7 +33,6 @@ from urllib.parse import urlsplit
 
 from explorer.errors import ExplorerError
 from explorer.fetching.catalog import FLASHRAG_LICENCE, DataFile, fetched_path
-from explorer.paths import fetched_data_dir
 
 Say = Callable[[str], None]
 HUB = "https://huggingface.co"
@@ -275,8 +274,3 @@ def fetch(item: DataFile, *, force: bool = False, say: Say = print) -> Path:
     write_about(item, target, remote, checked)
     say(f"{item.name}: {checked['bytes']:,} bytes, {checked['checked_by']} verified -> {target}")
     return target
-
-
-def fetched_root() -> Path:
-    """The fetched-data folder (where :func:`fetch` writes), for messages."""
-    return fetched_data_dir()
