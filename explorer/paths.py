@@ -22,6 +22,20 @@ def shared_data_dir() -> Path:
     return Path(env) if env else PROJECT_ROOT.parent / "shared" / "data"
 
 
+def fetched_data_dir() -> Path:
+    """Where ``explorer data fetch`` puts benchmark files: ``EXPLORER_DOWNLOADS``, else the cache's ``data/``.
+
+    It is searched after :func:`shared_data_dir`, so a folder a user keeps (or a lab shares) wins
+    over a download, and a fresh clone without either finds what it fetched. Not created here."""
+    env = os.environ.get("EXPLORER_DOWNLOADS")
+    return Path(env) if env else cache_root() / "data"
+
+
+def data_dirs() -> list[Path]:
+    """The folders benchmark files are looked up in, in order: the shared data folder, then the fetched one."""
+    return [shared_data_dir(), fetched_data_dir()]
+
+
 def cache_root() -> Path:
     """The user cache directory (``EXPLORER_CACHE``, else the XDG cache), not created here."""
     base = os.environ.get("EXPLORER_CACHE")
@@ -43,7 +57,8 @@ def portable_path(path: str | Path) -> str:
 
     Traces travel (the app ships recorded ones, runs are exported and shared), so a path inside
     a known place is named relative to it: ``cache:indexes/demo-…`` for the explorer's cache,
-    ``data:hotpotqa/…`` for the shared benchmark data, ``corpora/demo/passages.jsonl`` for the
+    ``data:hotpotqa/…`` for the shared benchmark data, ``fetched:hotpotqa/dev.jsonl`` for what
+    ``explorer data fetch`` downloaded, ``corpora/demo/passages.jsonl`` for the
     project's own files, ``~/models/x.gguf`` for the user's home. A relative path is kept as
     given; an absolute path elsewhere is the user's own choice and is kept too.
     """
@@ -51,8 +66,8 @@ def portable_path(path: str | Path) -> str:
     if not given.is_absolute():
         return given.as_posix()
     resolved = given.resolve()
-    for prefix, root in (("cache:", cache_root()), ("data:", shared_data_dir()), ("", PROJECT_ROOT),
-                         ("~/", Path.home())):
+    for prefix, root in (("fetched:", fetched_data_dir()), ("cache:", cache_root()), ("data:", shared_data_dir()),
+                         ("", PROJECT_ROOT), ("~/", Path.home())):
         try:
             inside = resolved.relative_to(root.expanduser().resolve())
         except (ValueError, OSError):

@@ -3,7 +3,10 @@ corpus for integration tests, and a temporary cache so tests never touch the use
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,10 @@ from explorer.paths import shared_data_dir
 os.environ.setdefault("EXPLORER_CACHE", str(Path(__file__).resolve().parent.parent / ".cache"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Files `explorer data fetch` puts away go to a folder of this test session, never the user's.
+if "EXPLORER_DOWNLOADS" not in os.environ:
+    os.environ["EXPLORER_DOWNLOADS"] = tempfile.mkdtemp(prefix="explorer-fetched-")
+    atexit.register(shutil.rmtree, os.environ["EXPLORER_DOWNLOADS"], True)
 
 
 @pytest.fixture(scope="session")

@@ -19,8 +19,9 @@ from explorer.cli import MODEL_HELP, add_attn_option, add_threads_option
 #: ``--batch`` on a GPU when not given: questions whose decode steps share one batch.
 GPU_BATCH = 32
 
-DATASET_HELP = ("benchmark names (hotpotqa, musique, 2wiki, nq, strategyqa, demo) or question files (.json, .jsonl, "
-                ".csv, .tsv; format detected), comma-separated or repeated; NAME=PATH files a file under NAME")
+DATASET_HELP = ("benchmark names (hotpotqa, musique, 2wiki, nq, strategyqa, triviaqa, popqa, bamboogle, demo; "
+                "`data fetch NAME` downloads one) or question files (.json, .jsonl, .csv, .tsv; format detected), "
+                "comma-separated or repeated; NAME=PATH files a file under NAME")
 # What the options are called on eval and sweep, for messages that suggest one (explorer.options).
 RUN_HINTS = {"dataset_format": "--format", "dataset": "--dataset", "add_dataset": "--add-dataset", "data_dir": "--data",
              "name": "--name", "corpus": "--corpus"}
@@ -35,7 +36,9 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                              "comma-separated or repeated")
     parser.add_argument("--limit", type=int, default=None, help="first N questions of each dataset (default: all)")
     parser.add_argument("--model", default="embedded", help=MODEL_HELP)
-    parser.add_argument("--corpus", default="benchmark", help="benchmark (default), demo, or a corpus file/folder")
+    parser.add_argument("--corpus", default="benchmark",
+                        help="benchmark (default), demo, wikipedia or a question set's own paragraphs (hotpotqa) once "
+                             "fetched with `data fetch`, or a corpus file/folder")
     from explorer.retrieval.choice import add_retriever_arguments
 
     add_retriever_arguments(parser)
@@ -46,7 +49,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--name", default=None, help="evaluation name (default: from datasets, limit, model, corpus)")
     parser.add_argument("--db", default=None, help="run database (default: the app's run database, EXPLORER_DB)")
     parser.add_argument("--data", default=None, help="benchmark data folder for benchmark names (default: "
-                                                     "../shared/data)")
+                                                     "EXPLORER_DATA or ../shared/data, then the fetched files)")
     parser.add_argument("--format", dest="dataset_format", default=None,
                         help="format of the question files, when it should not be detected from the first record: "
                              "hotpotqa, 2wiki, musique, nq, strategyqa, questions (question-only), flashrag")

@@ -1,8 +1,10 @@
 """Benchmark question sets as one record type, :class:`Question`, whatever file they come from.
 
 Each dataset reads every layout it ships in (the official JSON with paragraphs, question-only
-JSON lines, the samples under ../shared/data) by looking at the fields of each record, so a user
-can point ``path=`` at the full official file they downloaded. JSON lines are streamed, so
+JSON lines, the samples under ../shared/data, FlashRAG's layout that ``explorer data fetch``
+downloads) by looking at the fields of each record, so a user can point ``path=`` at the full
+official file they downloaded. A benchmark name is looked up in the shared data folder, then
+among the fetched files (:func:`default_path`). JSON lines are streamed, so
 ``limit`` stops reading early on files of any size.
 
 Gold passages are ids in the benchmark corpus (:mod:`explorer.retrieval.benchmark`), computed
@@ -40,13 +42,13 @@ from explorer.eval.question import Question
 from explorer.eval.question_files import check_format, read_questions, sniff_format
 from explorer.eval.question_formats import FORMAT_TITLES, PARSERS, QUESTION_FORMATS
 from explorer.options import option, usage
-from explorer.paths import DEMO_CORPUS_DIR, shared_data_dir
+from explorer.paths import DEMO_CORPUS_DIR, data_dirs, fetched_data_dir
 
 __all__ = ["DATASETS", "DatasetSource", "Question", "QUESTION_FORMATS", "canonical_name", "default_path",
            "iter_questions", "load_dataset", "load_source", "resolve_source", "resolve_sources"]
 
 log = logging.getLogger("explorer.eval")
-DATASETS = ("hotpotqa", "musique", "2wiki", "nq", "strategyqa", "demo")
+DATASETS = ("hotpotqa", "musique", "2wiki", "nq", "strategyqa", "triviaqa", "popqa", "bamboogle", "demo")
 DEFAULT_FILES = {
     "hotpotqa": "hotpotqa/dev_distractor_100.json",
     "musique": "musique/dev_100.json",
@@ -79,20 +81,40 @@ def is_dataset_name(name: str) -> bool:
     return key in DATASETS
 
 
+def candidate_files(key: str) -> list[str]:
+    """The files a benchmark is read from, relative to a data folder, in order: the shared data folder's
+    layout (a sample with gold paragraphs), then the file ``explorer data fetch`` puts there."""
+    from explorer.fetching.catalog import entry
+
+    fetched = entry(key)
+    return [p for p in (DEFAULT_FILES.get(key), fetched.path if fetched else None) if p]
+
+
 def default_path(name: str, data_dir: Path | None = None) -> Path:
+    """The benchmark's question file: the first candidate present in ``data_dir``, else in the shared data
+    folder, else among the fetched files; when none is, where ``data fetch`` would put it (for messages)."""
+    from explorer.fetching.catalog import find_file
+
     key = _dataset_name(name)
     if key == "demo":
         return DEMO_CORPUS_DIR / "questions.jsonl"
-    return Path(data_dir or shared_data_dir()) / DEFAULT_FILES[key]
+    candidates = candidate_files(key)
+    roots = [Path(data_dir)] if data_dir else data_dirs()
+    found = find_file(candidates, roots)
+    if found is not None:
+        return found
+    return Path(data_dir) / candidates[0] if data_dir else fetched_data_dir() / candidates[-1]
 
 
-def _missing_default(key: str, file: Path) -> DatasetError:
-    hints = ["place the benchmark data at ../shared/data beside the project, or set EXPLORER_DATA to its folder"]
+def _missing_default(key: str, data_dir: Path | str | None = None) -> DatasetError:
+    looked = ", ".join(str(d) for d in ([data_dir] if data_dir else data_dirs()))
+    hints = [f"fetch it with `python -m explorer data fetch {key}`",
+             "set EXPLORER_DATA to a folder that holds it"]
     if usage("data_dir", "DIR"):
         hints.append(f"pass {usage('data_dir', 'DIR')}")
     if usage("dataset", "PATH"):
         hints.append(f"give your own {key} file: {usage('dataset', 'PATH')}")
-    return DatasetError(f"the {key} question file {file} is not there", fix="; or ".join(hints))
+    return DatasetError(f"the {key} question file is not there (looked in {looked})", fix="; or ".join(hints))
 
 
 def iter_questions(name: str, *, path: Path | str | None = None, data_dir: Path | str | None = None,
@@ -104,7 +126,7 @@ def iter_questions(name: str, *, path: Path | str | None = None, data_dir: Path 
     if not file.is_file():
         if path:
             raise DatasetError(f"question file not found: {file}", fix="check the path")
-        raise _missing_default(key, file)
+        raise _missing_default(key, data_dir)
     yield from read_questions(file, key, label=key, suggest_format=False, skipped=skipped)
 
 
@@ -257,7 +279,7 @@ def resolve_source(spec: str, *, fmt: str | None = None, data_dir: Path | str | 
         key = canonical_name(target)
         file = default_path(key, Path(data_dir) if data_dir else None)
         if not file.is_file():
-            raise _missing_default(key, file)
+            raise _missing_default(key, data_dir)
         return DatasetSource(label=key, path=file, format=key, named=True)
     path = Path(target).expanduser()
     if not path.is_file():

@@ -11,7 +11,8 @@ nq              NQ-open: ``question``, ``answer(s)``, optionally ``ctxs`` marked
 strategyqa      StrategyQA: a boolean ``answer``, ``facts``, ``decomposition``
 questions       question-only: ``question`` and ``answer`` or ``answers`` (JSON, JSON lines, CSV or
                 TSV with a header; e.g. Bamboogle's ``{idx, question, answer}``)
-flashrag        FlashRAG: ``{id, question, golden_answers}``
+flashrag        FlashRAG: ``{id, question, golden_answers}``; where ``metadata`` holds a benchmark's own
+                fields (HotpotQA's ``context`` ...), the record is read as that benchmark
 ==============  =================================================================================
 
 Gold passages are ids in any corpus pooled from the same paragraphs
@@ -31,11 +32,13 @@ from typing import Any
 
 from explorer.errors import ExplorerError, check_text, parse_json
 from explorer.eval.question import Question
+from explorer.retrieval.formats import lift_metadata
 from explorer.retrieval.splitter import join_sentences, paragraph_passage_ids, sentence_spans
 
 QUESTION_FORMATS = ("hotpotqa", "2wiki", "musique", "nq", "strategyqa", "questions", "flashrag")
 FORMAT_TITLES = {"hotpotqa": "HotpotQA", "2wiki": "2WikiMultihopQA", "musique": "MuSiQue", "nq": "NQ-open",
-                 "strategyqa": "StrategyQA", "questions": "question-only", "flashrag": "FlashRAG", "demo": "demo"}
+                 "strategyqa": "StrategyQA", "questions": "question-only", "flashrag": "FlashRAG", "demo": "demo",
+                 "triviaqa": "TriviaQA", "popqa": "PopQA", "bamboogle": "Bamboogle"}
 FORMAT_ALIASES = {"hotpot": "hotpotqa", "2wikimultihopqa": "2wiki", "nq-open": "nq", "nq_open": "nq",
                   "strategy": "strategyqa", "question-only": "questions", "question_only": "questions",
                   "qa": "questions", "plain": "questions", "csv": "questions", "bamboogle": "questions"}
@@ -152,8 +155,9 @@ def _supporting_gold(record: dict) -> tuple[list[str], list[str]]:
     context = record.get("context")
     if facts is None or context is None:
         return [], []
-    if isinstance(context, dict):  # Hugging Face layout
-        context = [list(pair) for pair in zip(context.get("title", []), context.get("sentences", []), strict=False)]
+    if isinstance(context, dict):  # Hugging Face layout (2WikiMultihopQA's calls the sentences 'content')
+        sentences = context.get("sentences", context.get("content", []))
+        context = [list(pair) for pair in zip(context.get("title", []), sentences, strict=False)]
         if isinstance(facts, dict):
             facts = [list(pair) for pair in zip(facts.get("title", []), facts.get("sent_id", []), strict=False)]
     if not isinstance(context, list) or not isinstance(facts, list):
@@ -186,6 +190,7 @@ def _supporting_gold(record: dict) -> tuple[list[str], list[str]]:
 
 def _hotpot_like(dataset: str) -> Callable[[dict, int], Question]:
     def parse(record: dict, index: int) -> Question:
+        record = lift_metadata(record)
         gold, missing = _supporting_gold(record)
         extra: dict[str, Any] = {}
         for key in ("level", "supporting_facts", "evidences", "entity_ids"):
@@ -201,6 +206,7 @@ def _hotpot_like(dataset: str) -> Callable[[dict, int], Question]:
 
 
 def _musique(record: dict, index: int) -> Question:
+    record = lift_metadata(record)
     gold: list[str] = []
     paragraphs = record.get("paragraphs")
     decomposition = record.get("question_decomposition") or []
@@ -229,6 +235,7 @@ def _musique(record: dict, index: int) -> Question:
 
 
 def _nq(record: dict, index: int) -> Question:
+    record = lift_metadata(record)
     gold: list[str] = []
     ctxs = record.get("ctxs")
     if ctxs is not None:
@@ -252,11 +259,15 @@ def _yes_no(value: Any) -> bool | None:
 
 
 def _strategyqa(record: dict, index: int) -> Question:
-    if "answer" not in record:
+    record = lift_metadata(record)
+    if "answer" not in record and "golden_answers" not in record:
         raise BadRecord("has no 'answer' field (the StrategyQA test split has no answers)")
-    answer = _yes_no(record["answer"])
+    raw = record["answer"] if "answer" in record else record["golden_answers"]
+    if isinstance(raw, list) and len(raw) == 1:  # FlashRAG: golden_answers ["yes"]
+        raw = raw[0]
+    answer = _yes_no(raw)
     if answer is None:
-        raise BadRecord(f"has an 'answer' that is not true or false ({record['answer']!r:.40})")
+        raise BadRecord(f"has an 'answer' that is not true or false ({raw!r:.40})")
     extra = {key: record[key] for key in ("term", "description", "facts", "decomposition", "evidence") if key in record}
     return Question(id=question_id(record, index), question=text_field(record, "question"),
                     answers=["yes" if answer else "no"], type="yesno", dataset="strategyqa", extra=extra)
@@ -282,13 +293,20 @@ def _question_only(record: dict, index: int) -> Question:
                     type=qtype or "unknown", dataset="questions", extra=extra)
 
 
-def _flashrag(record: dict, index: int) -> Question:
+def _flashrag(record: dict, index: int, dataset: str = "flashrag") -> Question:
     if "golden_answers" not in record:
         raise BadRecord("has no 'golden_answers' field")
     extra = {"metadata": record["metadata"]} if "metadata" in record else {}
+    meta = record.get("metadata") if isinstance(record.get("metadata"), dict) else {}
+    qtype = str(meta.get("type") or "unknown")
     return Question(id=question_id(record, index), question=text_field(record, "question"),
-                    answers=answers_of(record["golden_answers"], key="golden_answers"), type="unknown",
-                    dataset="flashrag", extra=extra)
+                    answers=answers_of(record["golden_answers"], key="golden_answers"), type=qtype,
+                    dataset=dataset, extra=extra)
+
+
+def _flashrag_named(dataset: str) -> Callable[[dict, int], Question]:
+    """A benchmark that ships only in the FlashRAG layout (TriviaQA, PopQA, Bamboogle): no gold passages."""
+    return lambda record, index: _flashrag(record, index, dataset)
 
 
 def _demo(record: dict, index: int) -> Question:
@@ -308,6 +326,9 @@ PARSERS: dict[str, Callable[[dict, int], Question]] = {
     "strategyqa": _strategyqa,
     "questions": _question_only,
     "flashrag": _flashrag,
+    "triviaqa": _flashrag_named("triviaqa"),
+    "popqa": _flashrag_named("popqa"),
+    "bamboogle": _flashrag_named("bamboogle"),
     "demo": _demo,
 }
 
@@ -325,7 +346,10 @@ def detect_format(record: Any) -> str | None:
         return None
     keys = {str(k).strip().lower() for k in record}
     if "golden_answers" in keys:
-        return "flashrag"
+        lifted = {str(k).strip().lower() for k in lift_metadata(record)}
+        if not lifted & {"context", "supporting_facts", "paragraphs", "ctxs"}:
+            return "flashrag"
+        keys, record = lifted, lift_metadata(record)  # a benchmark's own fields under 'metadata': read as that
     if "paragraphs" in keys:
         return "musique"
     if "ctxs" in keys:

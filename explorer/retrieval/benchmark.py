@@ -63,12 +63,17 @@ def benchmark_files() -> BenchmarkFiles:
 def _missing_data(data_dir: Path) -> CorpusError:
     from explorer.options import usage
 
-    ways = ["place the benchmark data at ../shared/data beside the project", "set EXPLORER_DATA"]
+    ways = ["set EXPLORER_DATA to the folder of the benchmark samples"]
     if usage("benchmark_data", "DIR"):
         ways.append(f"pass {usage('benchmark_data', 'DIR')}")
-    return CorpusError(f"the benchmark data folder {data_dir} is missing",
-                       fix=", ".join(ways) + "; without it, use the corpus 'demo', or pool your own files with "
-                                             "`python -m explorer corpus build`")
+    return CorpusError(f"the benchmark data folder {data_dir} is missing (the pooled 'benchmark' corpus is built "
+                       "from its samples)", fix=", ".join(ways) + "; without it, " + OTHER_CORPORA)
+
+
+#: What to search instead when the benchmark samples are not there.
+OTHER_CORPORA = ("search a question set's own paragraphs (`python -m explorer data fetch hotpotqa`, then --corpus "
+                 "hotpotqa), DPR's Wikipedia (`python -m explorer data fetch wikipedia`, then --corpus wikipedia), the "
+                 "corpus 'demo', or pool your own files with `python -m explorer corpus build`")
 
 
 def pooled_documents(data_dir: Path, *, show_progress: bool = False,
@@ -88,8 +93,9 @@ def pooled_documents(data_dir: Path, *, show_progress: bool = False,
             continue
         path = data_dir / rel
         if not path.is_file():
-            raise CorpusError(f"benchmark source file missing: {rel}", where=str(data_dir),
-                              fix="restore the benchmark data folder (see its README)")
+            raise CorpusError(f"benchmark source file missing: {rel} (the pooled 'benchmark' corpus is built from "
+                              "the benchmark samples)", where=str(data_dir),
+                              fix="restore the benchmark data folder (see its README); or " + OTHER_CORPORA)
         _, docs = open_documents(path, shape)
         for doc in tqdm(docs, desc=f"pooling {label}", unit=" paragraphs", disable=not show_progress, leave=False,
                         delay=0.5):

@@ -238,7 +238,7 @@ def _input_bytes(path: Path, stamp: tuple) -> int:
 
 
 def resolve_corpus_path(path_or_name: str | Path) -> tuple[str, Path]:
-    """(name, path) for 'demo', 'benchmark' (built on demand) or a path."""
+    """(name, path) for 'demo', 'benchmark' (built on demand), a fetched file's name (``wikipedia``) or a path."""
     spec = str(path_or_name)
     if spec == "demo":
         return "demo", DEMO_PASSAGES
@@ -247,6 +247,9 @@ def resolve_corpus_path(path_or_name: str | Path) -> tuple[str, Path]:
 
         return "benchmark", ensure_benchmark_corpus().corpus_path
     path = Path(spec).expanduser()
+    fetched = fetched_corpus(spec) if not path.exists() and "/" not in spec else None
+    if fetched is not None:
+        return fetched
     if path.is_symlink() and not path.exists():
         from explorer.outputs import missing_reason
 
@@ -257,6 +260,28 @@ def resolve_corpus_path(path_or_name: str | Path) -> tuple[str, Path]:
                           fix=f"use one of {', '.join(NAMED_CORPORA)}, or the path of a corpus file or folder "
                               f"({', '.join(FORMATS)})")
     return (path.name if path.is_dir() else path.name.split(".")[0]) or str(path), path.resolve()
+
+
+def fetched_corpus(spec: str) -> tuple[str, Path] | None:
+    """(name, path) of a fetchable file named as a corpus: ``wikipedia`` (DPR's passages), or a question set
+    whose records carry their paragraphs (``hotpotqa``: its distractors and gold paragraphs); None for other names.
+
+    Looked up in the shared data folder, then among the fetched files; absent, the error says how to fetch it."""
+    from explorer.fetching.catalog import entry, fetch_hint, find_file
+
+    item = entry(spec)
+    if item is None:
+        return None
+    candidates = [item.path]
+    if item.path.endswith(".gz"):
+        candidates.append(item.path[: -len(".gz")])  # a copy unpacked by hand reads the same
+    found = find_file(candidates)
+    if found is None:
+        from explorer.paths import data_dirs
+
+        raise CorpusError(f"the corpus '{item.name}' ({item.title}) has not been fetched (looked in "
+                          f"{', '.join(str(d) for d in data_dirs())})", where="corpus", fix=fetch_hint(item.name))
+    return item.name, found.resolve()
 
 
 def _stderr(message: str) -> None:

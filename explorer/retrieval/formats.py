@@ -237,6 +237,19 @@ def split_contents(contents: str) -> tuple[str, str]:
     return title, rest.strip()
 
 
+def lift_metadata(record: Any) -> Any:
+    """A FlashRAG record with its benchmark's own fields lifted out of ``metadata``.
+
+    FlashRAG keeps ``{id, question, golden_answers}`` on top and the original release's fields
+    (HotpotQA's ``context`` and ``supporting_facts``, MuSiQue's ``paragraphs`` ...) under
+    ``metadata``; lifted, the record reads like the original. A field on top wins."""
+    if isinstance(record, dict) and "golden_answers" in record and isinstance(record.get("metadata"), dict):
+        lifted = dict(record["metadata"])
+        lifted.update((k, v) for k, v in record.items() if k != "metadata")
+        return lifted
+    return record
+
+
 def passage_record(where: str, record: Any) -> Iterator[Document]:
     if not isinstance(record, dict):
         raise _fail(where, f"expected a JSON object, found {type(record).__name__}", _PASSAGES_FIX)
@@ -261,7 +274,8 @@ def context_record(where: str, record: Any) -> Iterator[Document]:
     context = _need(record, "context", (list, dict), where, "", _CONTEXT_FIX)
     if isinstance(context, dict):  # the Hugging Face datasets layout: {title: [...], sentences: [[...]]}
         titles = _need(context, "title", list, where, ".context", _CONTEXT_FIX)
-        sentences = _need(context, "sentences", list, where, ".context", _CONTEXT_FIX)
+        key = "content" if "sentences" not in context and "content" in context else "sentences"  # 2Wiki: content
+        sentences = _need(context, key, list, where, ".context", _CONTEXT_FIX)
         if len(titles) != len(sentences):
             raise _fail(where, ".context has different numbers of titles and sentence lists", _CONTEXT_FIX)
         context = [list(pair) for pair in zip(titles, sentences, strict=True)]
@@ -544,6 +558,7 @@ def open_documents(path: Path, fmt: str | None = None,
         records = iter_json_array(path, data)
     else:
         records = iter_records(path, container)
+    records = ((where, lift_metadata(record)) for where, record in records)
     first = next(records, None)
     if first is None:
         raise CorpusError("the file holds no records", where=str(path), fix="add at least one passage")

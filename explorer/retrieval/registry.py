@@ -48,6 +48,12 @@ def _source_of(spec: str, progress: Progress | None) -> tuple[str, Path | None]:
 
         return "benchmark", ensure_benchmark_corpus(progress=progress).corpus_path
     path = Path(spec).expanduser()
+    if not path.exists() and "/" not in spec:
+        from explorer.retrieval.corpora import fetched_corpus
+
+        fetched = fetched_corpus(spec)  # 'wikipedia', 'hotpotqa': a fetched file, or an error saying how to fetch it
+        if fetched is not None:
+            return fetched
     if path.is_symlink() and not path.exists():
         from explorer.outputs import missing_reason
 
@@ -86,7 +92,9 @@ def open_retriever(spec: str = "demo", *, progress: Progress | None = None, fmt:
         def build() -> BM25Retriever:
             if progress:
                 progress(f"reading corpus '{spec}'")
-            corpus = load_corpus(spec if spec in NAMED_CORPORA else path, fmt, progress=progress,
+            named = spec in NAMED_CORPORA or (path is not None and key_name != str(path))  # demo, a fetched file
+            corpus = load_corpus(spec if spec in NAMED_CORPORA else key_name if named else path, fmt,
+                                 progress=progress,
                                  follows=("bm25",) if choice.kind == "bm25" else ("bm25", "dense"))
             return BM25Retriever(corpus, settings=settings, params=params, progress=progress)
 

@@ -3,10 +3,10 @@ or a question file the user loads.
 
 Picked questions carry their gold answers and gold passage ids into the trace
 (``trace.gold``), so panels can mark gold passages and the header can say whether the answer
-matches. Benchmark questions need ``../shared/data`` (or ``EXPLORER_DATA``); when it is absent
-that source is simply not offered, with a note saying why. A loaded file (any format
-:mod:`explorer.eval.datasets` reads, detected or chosen) becomes a source of its own, named
-after the file.
+matches. Benchmark questions need ``../shared/data`` (or ``EXPLORER_DATA``) or files fetched with
+``explorer data fetch``; without them that source is simply not offered, with a note saying why.
+A loaded file (any format :mod:`explorer.eval.datasets` reads, detected or chosen) becomes a
+source of its own, named after the file.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 from explorer.eval.datasets import DATASETS, Question, default_path, load_dataset, resolve_source
 from explorer.options import using
-from explorer.paths import shared_data_dir
+from explorer.paths import data_dirs
 
 TYPED = "Type your own"
 DEMO = "Demo questions"
@@ -32,9 +32,7 @@ DATASET_LIMIT = 200
 
 
 def benchmark_names() -> list[str]:
-    """Benchmarks whose question file is present under the shared data folder."""
-    if not shared_data_dir().is_dir():
-        return []
+    """Benchmarks whose question file is present (in the shared data folder or among the fetched files)."""
     out = []
     for name in DATASETS:
         if name == "demo":
@@ -80,8 +78,9 @@ def load_file(path: str | Path, fmt: str | None = None, *, name: str | None = No
 def data_note() -> str:
     if benchmark_names():
         return ""
-    return (f"Benchmark questions are not offered: no data at {shared_data_dir()} "
-            "(set EXPLORER_DATA to the folder holding hotpotqa/, musique/, ...).")
+    return (f"Benchmark questions are not offered: none found in {' or '.join(str(d) for d in data_dirs())} "
+            "(fetch them with `python -m explorer data fetch hotpotqa musique`, or set EXPLORER_DATA to the folder "
+            "holding hotpotqa/, musique/, ...).")
 
 
 @lru_cache(maxsize=16)

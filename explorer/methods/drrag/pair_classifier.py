@@ -314,7 +314,7 @@ def labelled_questions(source: Any, limit: int | None = None) -> list[LabelledQu
 
         hint = usage("data_dir", "DIR")
         raise DatasetError(f"file not found: {source.path}",
-                           fix="place the benchmark data at ../shared/data or set EXPLORER_DATA"
+                           fix="set EXPLORER_DATA to the folder of the benchmark samples (../shared/data)"
                                + (f", or pass {hint}" if hint else ""))
     if source.format not in TRAINABLE_FORMATS:
         raise DatasetError(f"{source.path} is read as {source.title}, whose records do not label their paragraphs",
