@@ -15,9 +15,10 @@ pass over the same tokens without a cache, on transformers' eager implementation
 * its next-token log-probabilities on the full pass's 20 most likely tokens (max absolute difference).
 
 Both must agree within the tolerance of the dtype (float32: 1e-4 and 1e-3; half precision, whose
-cached and uncached kernels round differently, 2e-2 and 0.5, which still catches a step that lost
-its context). A disagreement refuses the run with what differed, and the kind stays refused in this
-process; an agreement is remembered, so later spans pay nothing. The prompt is cut to its first
+cached and uncached kernels round differently, 5e-2 and 1.0, which still catches a step that lost
+its context: GPT-1's row was off by 0.96 and its log-probabilities by 0.4 on a random model). A
+disagreement refuses the run with what differed, and the kind stays refused in this process; an
+agreement is remembered, so later spans pay nothing. The prompt is cut to its first
 :data:`MAX_TOKENS` tokens for the check, which keeps the full pass's weights small.
 """
 
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 MAX_TOKENS = 256
 #: (attention row, log-probability) tolerances per dtype; others use the half-precision pair.
 TOLERANCES = {"float32": (1e-4, 1e-3), "float64": (1e-6, 1e-5)}
-HALF_TOLERANCES = (2e-2, 0.5)
+HALF_TOLERANCES = (5e-2, 1.0)
 TOP = 20
 #: Outcome per kind of model: None where the step agreed with the full pass, else the refusal's message.
 _CHECKED: dict[tuple[str, ...], str | None] = {}
@@ -51,9 +52,8 @@ CHECK_FIX = ("load the model with --attn eager; if the signals still disagree, t
 def kind_of(engine: Engine) -> tuple[str, ...]:
     """What the check's verdict holds for: a model class read through one attention path, dtype and device type."""
     model, probe = engine.model, engine.probe
-    dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     return (f"{type(model).__module__}.{type(model).__qualname__}", probe.mode, probe.implementation,
-            str(probe.layer_index), dtype, engine.device.type, str(engine.recompute is not None))
+            str(probe.layer_index), _dtype(engine), engine.device.type, str(engine.recompute is not None))
 
 
 def checked(engine: Engine) -> bool:
@@ -79,8 +79,9 @@ def _disagreement(engine: Engine, ids: list[int]) -> str | None:
     """None when the stepwise row and log-probabilities match the full eager pass, else what differs."""
     row, logprobs = _stepwise(engine, ids)
     ref_row, ref_logprobs = _full_pass(engine, ids)
-    name = f"{type(engine.model).__name__} (attention {engine.probe.implementation!r}, {key_dtype(engine)})"
-    row_tol, logprob_tol = TOLERANCES.get(key_dtype(engine), HALF_TOLERANCES)
+    dtype = _dtype(engine)
+    name = f"{type(engine.model).__name__} (attention {engine.probe.implementation!r}, {dtype})"
+    row_tol, logprob_tol = TOLERANCES.get(dtype, HALF_TOLERANCES)
     problems = []
     if ref_row is None:
         problems.append(f"the full pass returned no attention weights for layer {engine.probe.layer_index}")
@@ -105,7 +106,7 @@ def _disagreement(engine: Engine, ids: list[int]) -> str | None:
             "would be wrong and the run is refused")
 
 
-def key_dtype(engine: Engine) -> str:
+def _dtype(engine: Engine) -> str:
     return str(next(engine.model.parameters()).dtype).replace("torch.", "")
 
 
