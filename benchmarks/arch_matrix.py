@@ -9,7 +9,7 @@ replays are what such caches break). A backend the family refuses is reported wi
 stands in for flash attention: a kernel registered with transformers' AttentionInterface that
 runs sdpa and returns no attention weights, as flash attention does.
 
-    .venv/bin/python -m benchmarks.arch_matrix [--out FILE]
+    .venv/bin/python -m benchmarks.arch_matrix [--out FILE] [--only llama,rwkv]
 """
 
 from __future__ import annotations
@@ -113,7 +113,9 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=str(OUT), help="markdown file to write ('-' for none)")
+    parser.add_argument("--only", default="", help="comma-separated families to measure (default: all)")
     args = parser.parse_args()
+    only = [a.strip() for a in args.only.split(",") if a.strip()]
     torch.set_num_threads(1)
     _register_weightless()
     tokenizer = AutoTokenizer.from_pretrained(str(embedded_tokenizer_dir()), local_files_only=True)
@@ -121,6 +123,8 @@ def main() -> None:
     load_before = Path("/proc/loadavg").read_text().split()[:3]
     rows = []
     for arch, (model_type, _fields, note) in ARCHITECTURES.items():
+        if only and arch not in only:
+            continue
         cells = [_cell(arch, attn, tokenizer, retriever) for attn in ("auto", "sdpa", "eager", WEIGHTLESS)]
         rows.append(f"| {arch} (`{model_type}`) | {note} | " + " | ".join(cells) + " |")
         print(rows[-1], flush=True)

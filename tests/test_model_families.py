@@ -149,6 +149,15 @@ def test_zamba2_amax_is_read_from_its_shared_attention_block() -> None:
     for i in range(n - 1):
         expected = max(float(attn[p + j, p + i]) for j in range(i + 1, n))
         assert gen.tokens[i].amax == pytest.approx(expected, abs=1e-6), i
+    # A probe left on the block around the attention (where it once sat) gets nothing: the error says that,
+    # not that the attention implementation changed (it did not).
+    block = engine.model.model.layers[1].shared_transformer
+    del engine.probe.module._explorer_probe
+    block._explorer_probe, engine.probe.module = engine.probe, block
+    with pytest.raises(ModelError) as info:
+        engine.generate(PROMPT, max_new_tokens=3)
+    assert "changed after" not in info.value.message
+    assert "Zamba2AttentionDecoderLayer) was not run through the attention implementation" in info.value.message
 
 
 @pytest.mark.parametrize("arch", ["rwkv", "openai-gpt", "recurrent_gemma"])
