@@ -22,6 +22,7 @@ import torch
 
 from benchmarks.common import cpu_name, write_result
 from explorer.engine.generation import Engine
+from explorer.engine.hidden import HiddenCapture, HiddenSpec
 from explorer.engine.tiny import ARCHITECTURES, RECURRENT, tiny_model
 from explorer.errors import ExplorerError
 from explorer.methods.base import run_question
@@ -56,8 +57,9 @@ def _errors(arch: str, engine: Engine, tokenizer) -> tuple[float, float]:
     p, n = len(gen.prompt_ids), len(gen.ids)
     with torch.inference_mode():
         out = reference.model(input_ids=torch.tensor([gen.prompt_ids + gen.ids]), output_attentions=True)
-    attentions = getattr(out, "attentions", None)
-    attn = attentions[-1][0].float().mean(0) if attentions else None
+    # Only 4-d weights are attention (RWKV returns its time-mixing outputs under that name).
+    attentions = [a for a in (getattr(out, "attentions", None) or ()) if isinstance(a, torch.Tensor) and a.dim() == 4]
+    attn = attentions[-1][0].float().mean(0) if attentions and engine.probe.has_attention else None
     d_entropy = d_amax = 0.0
     for i, token in enumerate(gen.tokens):
         logp = torch.log_softmax(out.logits[0, p - 1 + i].float(), dim=-1)
@@ -93,7 +95,8 @@ def _cell(arch: str, attn: str, tokenizer, retriever) -> str:
         d_entropy, _ = _errors(arch, engine, tokenizer)
         ok = (d_entropy <= 1e-5 and drrag.status == "complete" and dragin.status == "error"
               and "no attention layer" in (dragin.error or ""))
-        return (f"{chosen + ': ' if chosen else ''}no attention layer: FLARE, SEAKR (residual stream), DR-RAG run "
+        site = "residual stream" if HiddenCapture(engine.model, HiddenSpec()).fallback else "MLP"
+        return (f"{chosen + ': ' if chosen else ''}no attention layer: FLARE, SEAKR ({site}), DR-RAG run "
                 f"(H {d_entropy:.0e}); DRAGIN refused with the fix" + ("" if ok else " (UNEXPECTED)"))
     if not engine.probe.readable:
         ok = drrag.status == "complete" and dragin.status == "error" and "--attn auto" in (dragin.error or "")
