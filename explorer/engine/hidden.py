@@ -8,6 +8,8 @@ numbers on every model transformers loads, at no extra forward pass.
 Some families have no MLP block a hook can find (OPT's feed-forward is two loose linear layers
 inside the decoder layer). There the capture falls back to the residual stream and says so in
 :attr:`HiddenCapture.fallback`, which the trace records as a note, instead of refusing the run.
+A mixture-of-experts block that returns its tokens flattened to ``(batch * seq, hidden)`` (Llama-4)
+is put back into the shape of its input, so every sample keeps one state per position.
 """
 
 from __future__ import annotations

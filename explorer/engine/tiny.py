@@ -3,7 +3,8 @@
 A user's model can be any of a dozen families whose attention differs in ways that matter to
 the signals: grouped key/value heads, partial rotary embeddings, soft-capping, sliding windows on
 some or all layers, learned positions, parallel attention, state-space layers beside attention
-(Jamba) or instead of it (Mamba). These builders give one small model
+(Jamba, Zamba2) or instead of it (Mamba, RWKV), a forward without a cache (GPT-1), recurrent state
+kept inside the model (RecurrentGemma), a mixture-of-experts MLP (Llama-4). These builders give one small model
 per family (hidden size 64, a few layers, the embedded tokenizer's vocabulary) so the
 architecture matrix test and the README's support table exercise the real transformers code of
 each family in seconds. The output head is never tied to the embeddings: a tied random model
