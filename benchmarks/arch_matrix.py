@@ -9,7 +9,7 @@ replays are what such caches break). A backend the family refuses is reported wi
 stands in for flash attention: a kernel registered with transformers' AttentionInterface that
 runs sdpa and returns no attention weights, as flash attention does.
 
-    .venv/bin/python -m benchmarks.arch_matrix [--out FILE]
+    .venv/bin/python -m benchmarks.arch_matrix [--out FILE] [--only llama,rwkv]
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import torch
 
 from benchmarks.common import cpu_name, write_result
 from explorer.engine.generation import Engine
+from explorer.engine.hidden import HiddenCapture, HiddenSpec
 from explorer.engine.tiny import ARCHITECTURES, RECURRENT, tiny_model
 from explorer.errors import ExplorerError
 from explorer.methods.base import run_question
@@ -56,8 +57,9 @@ def _errors(arch: str, engine: Engine, tokenizer) -> tuple[float, float]:
     p, n = len(gen.prompt_ids), len(gen.ids)
     with torch.inference_mode():
         out = reference.model(input_ids=torch.tensor([gen.prompt_ids + gen.ids]), output_attentions=True)
-    attentions = getattr(out, "attentions", None)
-    attn = attentions[-1][0].float().mean(0) if attentions else None
+    # Only 4-d weights are attention (RWKV returns its time-mixing outputs under that name).
+    attentions = [a for a in (getattr(out, "attentions", None) or ()) if isinstance(a, torch.Tensor) and a.dim() == 4]
+    attn = attentions[-1][0].float().mean(0) if attentions and engine.probe.has_attention else None
     d_entropy = d_amax = 0.0
     for i, token in enumerate(gen.tokens):
         logp = torch.log_softmax(out.logits[0, p - 1 + i].float(), dim=-1)
@@ -93,7 +95,8 @@ def _cell(arch: str, attn: str, tokenizer, retriever) -> str:
         d_entropy, _ = _errors(arch, engine, tokenizer)
         ok = (d_entropy <= 1e-5 and drrag.status == "complete" and dragin.status == "error"
               and "no attention layer" in (dragin.error or ""))
-        return (f"{chosen + ': ' if chosen else ''}no attention layer: FLARE, SEAKR (residual stream), DR-RAG run "
+        site = "residual stream" if HiddenCapture(engine.model, HiddenSpec()).fallback else "MLP"
+        return (f"{chosen + ': ' if chosen else ''}no attention layer: FLARE, SEAKR ({site}), DR-RAG run "
                 f"(H {d_entropy:.0e}); DRAGIN refused with the fix" + ("" if ok else " (UNEXPECTED)"))
     if not engine.probe.readable:
         ok = drrag.status == "complete" and dragin.status == "error" and "--attn auto" in (dragin.error or "")
@@ -113,7 +116,9 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=str(OUT), help="markdown file to write ('-' for none)")
+    parser.add_argument("--only", default="", help="comma-separated families to measure (default: all)")
     args = parser.parse_args()
+    only = [a.strip() for a in args.only.split(",") if a.strip()]
     torch.set_num_threads(1)
     _register_weightless()
     tokenizer = AutoTokenizer.from_pretrained(str(embedded_tokenizer_dir()), local_files_only=True)
@@ -121,6 +126,8 @@ def main() -> None:
     load_before = Path("/proc/loadavg").read_text().split()[:3]
     rows = []
     for arch, (model_type, _fields, note) in ARCHITECTURES.items():
+        if only and arch not in only:
+            continue
         cells = [_cell(arch, attn, tokenizer, retriever) for attn in ("auto", "sdpa", "eager", WEIGHTLESS)]
         rows.append(f"| {arch} (`{model_type}`) | {note} | " + " | ".join(cells) + " |")
         print(rows[-1], flush=True)

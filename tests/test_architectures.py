@@ -1,4 +1,4 @@
-"""The architecture matrix: fourteen model families x the methods whose signals depend on the model.
+"""The architecture matrix: nineteen model families x the methods whose signals depend on the model.
 
 Each family is a tiny randomly initialised model built from its config (hidden size 64, 2-3
 layers, the embedded tokenizer), loaded as ``--attn auto`` loads it. Every method run must
@@ -12,7 +12,10 @@ that used to leave amax empty; their traces must also say the window size. Jamba
 one attention layer) and Mamba (no attention layer) carry recurrent state in their caches, which can
 be neither cut back nor repeated as keys are: on Jamba every method runs (amax and QFS read its last
 attention layer); on Mamba the methods that read attention (DRAGIN) are refused with the fix and the
-rest run (SEAKR on the residual stream, since a Mamba block has no MLP).
+rest run (SEAKR on the residual stream, since a Mamba block has no MLP). GPT-1 (no cache), RWKV (its
+recurrence in a state list, no attention weights: DRAGIN refused) and RecurrentGemma (its state inside its
+modules; a window of 16 on its last, attending layer) re-read their whole context every pass; Zamba2 reads its
+shared attention block; Llama-4 attends in chunks of 16 and its MLP is a mixture of experts.
 """
 
 from __future__ import annotations
@@ -49,12 +52,14 @@ METHOD_RUNS = {
                                  "compare_estimators": False}),
     "drrag": ("drrag", "paper", {**SHORT, "judge": "llm", "k": 2, "k1": 1, "k2": 2}),
 }
-SLIDING_LAST_LAYER = {"mistral", "gemma2", "gemma3"}
+#: Families whose probed (last attending) layer sees a window of WINDOW positions, and its kind.
+WINDOWED_LAST_LAYER = {"mistral": "sliding", "gemma2": "sliding", "gemma3": "sliding", "recurrent_gemma": "sliding",
+                       "llama4": "chunked"}
 #: Runs refused per family, with a part of the fix the message must carry.
 REFUSED = {(arch, run): "pick a method that reads no attention" for arch in WITHOUT_ATTENTION
            for run in ("dragin-paper", "dragin-reference")}
 #: Families whose MLP a hook cannot find: SEAKR reads the residual stream there (and says so).
-RESIDUAL_SITE = {"opt", "mamba"}
+RESIDUAL_SITE = {"opt", "mamba", "zamba2"}
 
 
 class RecordingEngine(Engine):
@@ -171,12 +176,13 @@ def test_method_signals_match_a_full_forward_pass(arch: str, run_name: str) -> N
     if run_name.startswith("dragin"):
         # The window is in the trace and the output strip says it, in words, for the reader.
         shown = window_note(TraceView(trace))
-        assert bool(shown) == (arch in SLIDING_LAST_LAYER), (arch, shown)
-        if arch in SLIDING_LAST_LAYER:
-            assert trace.model["attention_window"] == {"kind": "sliding", "size": WINDOW}
-            assert f"last {WINDOW} positions" in shown
+        assert bool(shown) == (arch in WINDOWED_LAST_LAYER), (arch, shown)
+        if arch in WINDOWED_LAST_LAYER:
+            kind = WINDOWED_LAST_LAYER[arch]
+            assert trace.model["attention_window"] == {"kind": kind, "size": WINDOW}
+            assert (f"last {WINDOW} positions" if kind == "sliding" else f"chunks of {WINDOW} tokens") in shown
         if run_name == "dragin-paper":  # its drafts run past the window: the run's notes say so too
-            assert any(n.get("attention_window") for n in notes) == (arch in SLIDING_LAST_LAYER), notes
+            assert any(n.get("attention_window") for n in notes) == (arch in WINDOWED_LAST_LAYER), notes
     if run_name == "seakr":
         grams = [e.payload for e in trace.events if e.kind == "uncertainty" and e.payload["estimator"] == "gram"]
         assert grams and all(g["value"] is None or math.isfinite(g["value"]) for g in grams)
@@ -201,7 +207,7 @@ def test_sdpa_and_eager_give_the_same_signals(arch: str) -> None:
         try:
             lm = _tiny(arch, attn)
         except (ValueError, ModelError) as exc:
-            assert arch in ("gemma2", "mamba") and attn == "sdpa", exc
+            assert arch in ("gemma2", "mamba", "openai-gpt", "rwkv") and attn == "sdpa", exc
             continue
         engine = Engine(lm)
         if arch in WITHOUT_ATTENTION:  # nothing to read; the span itself still matches the full pass
@@ -226,7 +232,7 @@ def test_sdpa_and_eager_give_the_same_signals(arch: str) -> None:
         expected = _full_pass(arch, list(gen.prompt_ids) + gen.ids)[1].mean(0)[len(gen.prompt_ids) + 4]
         assert torch.allclose(row, expected[:row.shape[0]], atol=1e-5, rtol=0)
         assert row.shape[0] == len(gen.prompt_ids) + 5
-        if arch in SLIDING_LAST_LAYER:
+        if arch in WINDOWED_LAST_LAYER:
             assert engine.window is not None and engine.window.size == WINDOW
             # Outside the window the layer gives no attention, and the mapped row says so.
             assert float(row[: row.shape[0] - WINDOW].abs().max()) == 0.0

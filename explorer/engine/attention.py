@@ -113,9 +113,14 @@ def attention_module(layer: nn.Module) -> nn.Module:
         module = getattr(layer, name, None)
         if isinstance(module, nn.Module):
             return module
-    for _, module in layer.named_modules():
-        if "Attention" in type(module).__name__:
+    # By class name: the attention itself, not a block around it (Zamba2's hybrid layer holds a shared
+    # "AttentionDecoderLayer" whose own self_attn is the module the probe must sit on).
+    found = [m for _, m in layer.named_modules() if "Attention" in type(m).__name__]
+    for module in found:
+        if not any(word in type(module).__name__ for word in ("Layer", "Block", "Decoder")):
             return module
+    if found:
+        return found[0]
     raise ModelError(f"cannot find the attention block of {type(layer).__name__}",
                      fix="use a standard transformers causal LM")
 
@@ -184,10 +189,36 @@ class AttentionProbe:
 
     def take_from_outputs(self, attentions: Any) -> None:
         """Fallback path: pick this layer from a full ``output_attentions`` tuple."""
-        if attentions is None or attentions[self.layer_index] is None:
+        if not attentions or len(attentions) <= self.layer_index or attentions[self.layer_index] is None:
             raise ModelError(f"the model returned no attention weights with attention implementation "
                              f"{self.implementation!r}", fix=EAGER_FIX)
-        self.receive(attentions[self.layer_index])
+        weights = attentions[self.layer_index]
+        if not isinstance(weights, torch.Tensor) or weights.dim() != 4 or weights.shape[-1] < weights.shape[-2]:
+            shape = tuple(weights.shape) if isinstance(weights, torch.Tensor) else type(weights).__name__
+            raise ModelError(f"{type(self.model).__name__} returned {shape} as the attentions of layer "
+                             f"{self.layer_index}, not weights of shape (batch, heads, queries, keys)",
+                             fix=NO_ATTENTION_FIX)
+        self.receive(weights)
+
+    def keep_last_queries(self, n: int) -> None:
+        """Keep the rows of the newest ``n`` queries (a pass that re-read its whole context computed them all)."""
+        if self.last_mean is not None:
+            self.last_mean = self.last_mean[:, -n:]
+        if self.last_heads is not None:
+            self.last_heads = self.last_heads[:, :, -n:]
+
+    def no_weights_error(self) -> ModelError:
+        """Why an active probe received nothing during a pass, as it happened."""
+        current = str(self.model.config._attn_implementation)
+        if self.mode.startswith("probe:") and current != PROBED[self.base]:
+            return ModelError(f"the attention probe on layer {self.layer_index} received no weights: the model's "
+                              f"attention implementation is now {current!r}, changed after the engine was built",
+                              fix="build a new engine (reload the model) after changing its attention implementation")
+        module = type(self.module).__name__ if self.module is not None else "none"
+        return ModelError(f"the attention probe on layer {self.layer_index} of {type(self.model).__name__} received "
+                          f"no weights: its attention block ({module}) was not run through the attention "
+                          f"implementation {current!r} during the pass, so this family's attention cannot be read",
+                          fix=NO_ATTENTION_FIX)
 
     @property
     def needs_output_attentions(self) -> bool:

@@ -21,9 +21,16 @@ from typing import Any
 ATTENTION_LAYER_TYPES = frozenset({"full_attention", "sliding_attention", "chunked_attention", "attention", "hybrid"})
 
 
+#: Families whose every layer mixes tokens by a linear recurrence, not softmax attention, though their config lists
+#: no layer types (RWKV's "attention" is its time-mixing recurrence: there are no weights over positions to read).
+NO_SOFTMAX_ATTENTION = frozenset({"rwkv"})
+
+
 def attention_layer_indices(config: Any) -> list[int] | None:
     """The indices of the layers that attend; None when the config does not list layer types (every layer of a
     plain transformer attends). An empty list: a state-space model with no attention layer."""
+    if str(getattr(config, "model_type", "")) in NO_SOFTMAX_ATTENTION:
+        return []
     types = getattr(config, "layer_types", None) or getattr(config, "layers_block_type", None)
     if not types:
         return None
@@ -54,6 +61,8 @@ def cache_argument(model: Any) -> str:
 def holds_recurrent_state(cache: Any) -> bool:
     """Whether a cache has a layer with a recurrent (state-space or linear-attention) state, which cannot be cut
     back to an earlier position or repeated per row with the key/value cache's own methods."""
+    if getattr(cache, "recurrent", False):  # a ContextCache (explorer.engine.context_cache) behaves as one
+        return True
     for layer in getattr(cache, "layers", ()):
         if hasattr(layer, "recurrent_states") or hasattr(layer, "conv_states"):
             return True

@@ -21,6 +21,7 @@ import torch
 
 from explorer.engine.attention import AttentionProbe, Window, absolute_row, probed_window, sink_tokens
 from explorer.engine.capabilities import cache_argument
+from explorer.engine.context_cache import ContextCache, recompute_reason
 from explorer.engine.decode import (
     Detokenizer,
     cancelled,
@@ -33,6 +34,7 @@ from explorer.engine.decode import (
 )
 from explorer.engine.hidden import HiddenCapture, HiddenSpec, note_fallback
 from explorer.engine.model import LoadedModel
+from explorer.engine.signal_check import check_signals
 from explorer.engine.signals import AmaxTracker
 from explorer.engine.token_signals import compute_derived, plan
 from explorer.errors import ConfigError, ExplorerError, ModelError
@@ -128,6 +130,8 @@ class Engine:
         self.probe = AttentionProbe(self.model, attention_layer)
         #: ``past_key_values``, or ``cache_params`` for the Mamba families.
         self.cache_argument = cache_argument(self.model)
+        #: Why every pass re-reads the whole context (a family without a usable cache), or None.
+        self.recompute: str | None = recompute_reason(self.model)
         #: The probed layer's sliding window or chunk, when it has one (None: it sees the whole context).
         self.window: Window | None = probed_window(self.model.config, self.probe.layer_index)
         self.lock = threading.RLock()
@@ -153,6 +157,8 @@ class Engine:
                  "attention_layer": self.probe.layer_index}
         if self.window is not None:
             facts["attention_window"] = self.window.to_dict()
+        if self.recompute is not None:
+            facts["context_recomputed"] = self.recompute
         return facts
 
     @property
@@ -282,6 +288,8 @@ class Engine:
         if not prompt_ids:
             raise ExplorerError("the prompt is empty", where="prompt", fix="give the model some text to continue")
         self.check_fits(len(prompt_ids), max_new_tokens)
+        if attention:  # once per kind of model: the stepwise signals against one full eager pass
+            check_signals(self, prompt_ids)
         if rec is not None and rec.replay is not None:  # a fork before its divergence: the parent's span
             replayed = rec.replay.generation(self, rec, prompt=prompt, prompt_ids=prompt_ids, segments=segments,
                                              purpose=purpose, max_new_tokens=max_new_tokens, attention=attention,
@@ -303,9 +311,13 @@ class Engine:
         return gen
 
     def _forward(self, ids: torch.Tensor, cache: Any, *, logits: bool = True) -> Any:
-        kwargs: dict[str, Any] = {"input_ids": ids, self.cache_argument: cache, "use_cache": True}
-        if logits:
-            kwargs["logits_to_keep"] = 1
+        if isinstance(cache, ContextCache):  # no usable cache: the whole context, only the new queries kept
+            kwargs: dict[str, Any] = {"input_ids": cache.extend(ids), "use_cache": False,
+                                      "logits_to_keep": 1 if logits else ids.shape[1]}
+        else:
+            kwargs = {"input_ids": ids, self.cache_argument: cache, "use_cache": True}
+            if logits:
+                kwargs["logits_to_keep"] = 1
         if self.probe.active and self.probe.needs_output_attentions:
             kwargs["output_attentions"] = True
         if self.probe.active:
@@ -314,10 +326,9 @@ class Engine:
         if self.probe.active and self.probe.needs_output_attentions:
             self.probe.take_from_outputs(out.attentions)
         if self.probe.active and self.probe.last_mean is None:
-            raise ModelError(f"the attention probe on layer {self.probe.layer_index} received no weights: the model's "
-                             f"attention implementation is now {self.model.config._attn_implementation!r}, changed "
-                             "after the engine was built", fix="build a new engine (reload the model) after changing "
-                                                              "its attention implementation")
+            raise self.probe.no_weights_error()
+        if self.probe.active and isinstance(cache, ContextCache):
+            self.probe.keep_last_queries(int(ids.shape[1]))
         return out
 
     def _prefill(self, prompt_ids: list[int]) -> tuple[Any, Any]:
@@ -328,7 +339,10 @@ class Engine:
         return cache, self._forward(torch.tensor([prompt_ids], device=self.device), cache)
 
     def new_cache(self) -> Any:
-        """An empty KV cache for this model (what every decoding loop starts from)."""
+        """An empty KV cache for this model (what every decoding loop starts from); a
+        :class:`~explorer.engine.context_cache.ContextCache` for a family without a usable one."""
+        if self.recompute is not None:
+            return ContextCache()
         from transformers import DynamicCache
 
         return DynamicCache(config=self.model.config)
@@ -340,6 +354,8 @@ class Engine:
         The batched sampler's step: ``attention_mask`` hides tokens a row cut after feeding them,
         ``position_ids`` (where the model takes them) keep each row's positions its own.
         """
+        if isinstance(cache, ContextCache):  # it never masks (it counts as recurrent) and its positions run on
+            return self.model(input_ids=cache.extend(input_ids), use_cache=False, logits_to_keep=1)
         kwargs: dict[str, Any] = {"input_ids": input_ids, self.cache_argument: cache, "use_cache": True,
                                   "logits_to_keep": 1}
         if attention_mask is not None:
@@ -536,6 +552,7 @@ class Engine:
             raise ExplorerError("nothing to encode", where="attention_matrix", fix="pass at least one token")
         self.probe.require("reading the attention matrix")
         self.check_fits(len(ids), 0, where="text to encode")
+        check_signals(self, ids)
         with self.lock, torch.inference_mode():
             self.probe.active, self.probe.per_head = True, per_head
             try:

@@ -8,6 +8,8 @@ numbers on every model transformers loads, at no extra forward pass.
 Some families have no MLP block a hook can find (OPT's feed-forward is two loose linear layers
 inside the decoder layer). There the capture falls back to the residual stream and says so in
 :attr:`HiddenCapture.fallback`, which the trace records as a note, instead of refusing the run.
+A mixture-of-experts block that returns its tokens flattened to ``(batch * seq, hidden)`` (Llama-4)
+is put back into the shape of its input, so every sample keeps one state per position.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ class HiddenSpec:
 
 def _mlp_of(layer: nn.Module) -> nn.Module | None:
     """The layer's MLP block, or None when the architecture has no module that is one."""
-    for name in ("mlp", "feed_forward", "ffn", "block_sparse_moe"):
+    for name in ("mlp", "feed_forward", "ffn", "block_sparse_moe", "mlp_block"):
         module = getattr(layer, name, None)
         if isinstance(module, nn.Module):
             return module
@@ -79,8 +81,12 @@ class HiddenCapture:
         self.last: torch.Tensor | None = None
         self._handle: Any = None
 
-    def _hook(self, _module: nn.Module, _inputs: Any, output: Any) -> None:
+    def _hook(self, _module: nn.Module, inputs: Any, output: Any) -> None:
         tensor = output[0] if isinstance(output, (tuple, list)) else output
+        given = inputs[0] if inputs and isinstance(inputs[0], torch.Tensor) else None
+        if given is not None and given.dim() == 3 and tensor.dim() == 2:
+            # A mixture-of-experts block (Llama-4's) returns its tokens flattened to (batch * seq, hidden).
+            tensor = tensor.reshape(*given.shape[:-1], -1)
         self.last = tensor.detach().float().cpu()
 
     def __enter__(self) -> HiddenCapture:

@@ -104,8 +104,12 @@ def _registered_backends() -> set[str]:
         return set()
 
 
-def check_attention(attn_implementation: str | None, need_attentions: bool) -> str:
-    """Refuse attention settings that cannot work, before any weights are read."""
+#: Backends whose kernels are built for GPUs: on a CPU they run, but orders of magnitude slower than sdpa.
+GPU_ONLY_ATTN = ("flex_attention",)
+
+
+def check_attention(attn_implementation: str | None, need_attentions: bool, device: str | None = None) -> str:
+    """Refuse attention settings that cannot work (or would crawl on ``device``), before any weights are read."""
     attn = str(attn_implementation or "auto").strip()
     if attn not in ATTN_CHOICES and attn not in _registered_backends():
         raise ModelError(f"unknown attention implementation {attn_implementation!r}",
@@ -114,6 +118,11 @@ def check_attention(attn_implementation: str | None, need_attentions: bool) -> s
     if need_attentions and attn not in SIGNAL_ATTN:
         raise ModelError(f"attention signals need --attn auto, sdpa or eager, got {attn!r}: "
                          f"{attn} kernels never materialise attention weights", fix=ATTN_FIX)
+    if attn in GPU_ONLY_ATTN and device is not None and str(device).startswith("cpu"):
+        raise ModelError(f"--attn {attn} on a CPU: its kernels are compiled for GPUs, and on a CPU they fall back to a "
+                         "path that recompiles or materialises every step (a 9-token answer of a small model took "
+                         "minutes)", fix="use --attn auto or --attn sdpa on a CPU (EXPLORER_ATTN for the app); keep "
+                                         f"--attn {attn} for --device cuda")
     return attn
 
 
@@ -297,7 +306,7 @@ def load_model(spec: str = "embedded", *, dtype: str = "float32", device: str = 
     started = time.perf_counter()
     dtype = normalise_dtype(dtype)
     device = check_device(device)
-    requested = check_attention(attn_implementation, need_attentions)
+    requested = check_attention(attn_implementation, need_attentions, device)
     resolved = resolve_spec(spec, progress, dtype=dtype)
     attn = requested
     if requested == "auto":
@@ -454,7 +463,7 @@ def tiny_random_model(seed: int = 0, *, layers: int = 2, hidden: int = 64, heads
     if hidden % heads or heads % kv_heads:
         raise ModelError(f"hidden={hidden}, heads={heads}, kv_heads={kv_heads} do not divide evenly",
                          fix="make hidden a multiple of heads and heads a multiple of kv_heads")
-    check_attention(attn_implementation, False)
+    check_attention(attn_implementation, False, "cpu")
     tokenizer = AutoTokenizer.from_pretrained(str(embedded_tokenizer_dir()), local_files_only=True)
     config = LlamaConfig(
         vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,

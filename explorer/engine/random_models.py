@@ -44,10 +44,11 @@ def parse_random_spec(spec: str) -> tuple[str, int | None]:
 def load_random_model(spec: str, *, dtype: str = "float32", device: str = "cpu",
                       attn_implementation: str = "sdpa") -> LoadedModel:
     """The random model a ``random:`` spec names, on ``device`` in ``dtype``."""
-    from explorer.engine.loader import check_device, normalise_dtype, tiny_random_model
+    from explorer.engine.loader import check_attention, check_device, normalise_dtype, tiny_random_model
 
     kind, number = parse_random_spec(spec)
     dtype, device = normalise_dtype(dtype), check_device(device)
+    check_attention(attn_implementation, False, device)
     if kind == "tiny":
         lm = tiny_random_model(seed=number or 0, attn_implementation=attn_implementation)
         if dtype != "float32" or device != "cpu":

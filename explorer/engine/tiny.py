@@ -3,7 +3,8 @@
 A user's model can be any of a dozen families whose attention differs in ways that matter to
 the signals: grouped key/value heads, partial rotary embeddings, soft-capping, sliding windows on
 some or all layers, learned positions, parallel attention, state-space layers beside attention
-(Jamba) or instead of it (Mamba). These builders give one small model
+(Jamba, Zamba2) or instead of it (Mamba, RWKV), a forward without a cache (GPT-1), recurrent state
+kept inside the model (RecurrentGemma), a mixture-of-experts MLP (Llama-4). These builders give one small model
 per family (hidden size 64, a few layers, the embedded tokenizer's vocabulary) so the
 architecture matrix test and the README's support table exercise the real transformers code of
 each family in seconds. The output head is never tied to the embeddings: a tied random model
@@ -46,11 +47,29 @@ ARCHITECTURES: dict[str, tuple[str, dict[str, Any], str]] = {
               "hybrid: Mamba layers around one attention layer (not the last), recurrent state in the cache"),
     "mamba": ("mamba", {"state_size": 8, "time_step_rank": 8, "num_hidden_layers": 1},
               "state-space: no attention layer at all"),
+    "openai-gpt": ("openai-gpt", {}, "GPT-1: learned positions, a forward that keeps no cache"),
+    "rwkv": ("rwkv", {"attention_hidden_size": HIDDEN},
+             "linear recurrence instead of attention, its state outside the cache API"),
+    "recurrent_gemma": ("recurrent_gemma", {"num_hidden_layers": 3, "lru_width": HIDDEN, "num_key_value_heads": 1,
+                                            "attention_window_size": WINDOW,
+                                            "block_types": ["recurrent", "recurrent", "attention"]},
+                        f"Griffin: recurrent blocks holding their state in the model, attention with a window of "
+                        f"{WINDOW} last"),
+    "zamba2": ("zamba2", {"num_hidden_layers": 2, "layers_block_type": ["mamba", "hybrid"], "mamba_d_state": 8,
+                          "n_mamba_heads": 2, "num_key_value_heads": 4, "adapter_rank": 8, "chunk_size": 16,
+                          "use_mamba_kernels": False},
+               "hybrid: one attention block shared by its hybrid layers, Mamba-2 mixers"),
+    "llama4": ("llama4_text", {"num_key_value_heads": 2, "head_dim": 16, "intermediate_size_mlp": 2 * HIDDEN,
+                               "num_local_experts": 2, "attention_chunk_size": WINDOW},
+               f"mixture-of-experts MLP (a router beside the experts), attention in chunks of {WINDOW}"),
 }
 #: Families with recurrent (state-space) layers: their caches cannot be cut back or repeated as keys are.
-RECURRENT = {"jamba", "mamba"}
+RECURRENT = {"jamba", "mamba", "zamba2", "rwkv", "recurrent_gemma"}
 #: Families without any attention layer: methods that read attention weights are refused on them.
-WITHOUT_ATTENTION = {"mamba"}
+WITHOUT_ATTENTION = {"mamba", "rwkv"}
+#: Families without a cache the engine can hold: every pass re-reads the whole context
+#: (:mod:`explorer.engine.context_cache`).
+RECOMPUTED = {"openai-gpt", "rwkv", "recurrent_gemma"}
 
 
 def architectures() -> list[str]:
