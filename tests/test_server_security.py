@@ -266,6 +266,41 @@ def test_uploads_are_allowed_only_when_a_component_takes_files() -> None:
     assert refused_filename(b'filename="a.jsonl"\r\n..filename="b.exe"', (".jsonl",)) == "b.exe"
 
 
+def test_a_burst_of_logins_sent_together_gets_no_more_tries_than_one_by_one(locked_app) -> None:
+    """Sixty logins from one address, each on its own connection, released together (the right password among
+    them): the throttle checks and counts each try at once, so only the free tries are judged."""
+    import threading
+
+    from explorer.ui.guard import FREE_ATTEMPTS
+
+    parts = urllib.parse.urlsplit(locked_app.url)
+    passwords = ["wrong"] * 59 + [PASSWORD]
+    connections = [http.client.HTTPConnection(parts.hostname, parts.port, timeout=60, source_address=("127.0.0.6", 0))
+                   for _ in passwords]
+    for conn in connections:
+        conn.connect()
+    start = threading.Barrier(len(connections))
+    statuses: list[int] = []
+
+    def send(conn: http.client.HTTPConnection, password: str) -> None:
+        form = urllib.parse.urlencode({"username": USER, "password": password})
+        start.wait(timeout=30)
+        try:
+            conn.request("POST", "/login", form, {"Content-Type": "application/x-www-form-urlencoded"})
+            statuses.append(conn.getresponse().status)
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=send, args=pair) for pair in zip(connections, passwords, strict=True)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(statuses) == len(passwords)
+    judged = [s for s in statuses if s != 429]
+    assert len(judged) <= FREE_ATTEMPTS and statuses.count(429) >= len(passwords) - FREE_ATTEMPTS, sorted(statuses)
+
+
 def test_a_forged_forwarded_address_does_not_escape_the_throttle(locked_app) -> None:
     """Last of the locked app's tests: it leaves 127.0.0.1 (the peer uvicorn itself would believe) throttled."""
     url = locked_app.url

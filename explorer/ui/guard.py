@@ -23,7 +23,9 @@ schemas, and password guessing.
 * With a login, each client address gets :data:`FREE_ATTEMPTS` wrong passwords; after that it
   must wait before the next try, twice as long after each further failure (1 s, 2 s, 4 s, ...
   up to five minutes), and gets ``429 Too Many Requests`` with ``Retry-After`` meanwhile. A
-  correct password resets the count.
+  correct password resets the count. Each try is counted the moment it is let through, before it
+  is judged (:meth:`LoginThrottle.attempt`), so logins sent together get no more tries than
+  logins sent one after another.
 * The client address is the connection's peer. ``X-Forwarded-For`` (and the other forwarding
   headers) count only when the peer is a proxy the operator named (:class:`ForwardedTrust`,
   ``--forwarded-allow-ips``); from anyone else they are dropped, so a client cannot pick its own
@@ -124,15 +126,30 @@ class LoginThrottle:
             _, until = self._clients.get(client, (0, 0.0))
         return max(0.0, until - self.clock())
 
+    def attempt(self, client: str) -> float:
+        """A login about to be judged: 0 when ``client`` may try now, and then the try is already counted
+        as a failure (a correct password clears it, :meth:`succeeded`); else the seconds to wait. Checking
+        and counting under one lock is what holds against a burst: logins sent together cannot all pass
+        the check before the first of their failures is counted."""
+        now = self.clock()
+        with self._lock:
+            failures, until = self._clients.get(client, (0, 0.0))
+            if until > now:
+                return until - now
+            self._count(client, failures + 1, now)
+        return 0.0
+
     def failed(self, client: str) -> float:
         """Count a wrong password; returns the wait it starts (0 while attempts are free)."""
         now = self.clock()
         with self._lock:
-            failures = self._clients.get(client, (0, 0.0))[0] + 1
-            delay = 0.0 if failures < self.free else min(self.cap, self.base * 2 ** (failures - self.free))
-            self._clients[client] = (failures, now + delay)
-            if len(self._clients) > 10_000:  # forget quiet addresses rather than grow without bound
-                self._clients = {k: v for k, v in self._clients.items() if v[1] > now - 3600}
+            return self._count(client, self._clients.get(client, (0, 0.0))[0] + 1, now)
+
+    def _count(self, client: str, failures: int, now: float) -> float:
+        delay = 0.0 if failures < self.free else min(self.cap, self.base * 2 ** (failures - self.free))
+        self._clients[client] = (failures, now + delay)
+        if len(self._clients) > 10_000:  # forget quiet addresses rather than grow without bound
+            self._clients = {k: v for k, v in self._clients.items() if v[1] > now - 3600}
         return delay
 
     def succeeded(self, client: str) -> None:
@@ -313,7 +330,7 @@ class Guard:
 
     async def _login(self, scope: Scope, receive: Receive, send: Send) -> None:
         client = (scope.get("client") or ("unknown", 0))[0]
-        wait = self.throttle.wait(client)
+        wait = self.throttle.attempt(client)
         if wait > 0:
             seconds = math.ceil(wait)
             await _refuse(send, 429, f"too many failed logins from this address; try again in {seconds} s",
@@ -329,5 +346,3 @@ class Guard:
         await self.app(scope, receive, watch)
         if status and status[0] < 300:
             self.throttle.succeeded(client)
-        elif status and status[0] in (400, 401, 403):
-            self.throttle.failed(client)
