@@ -117,6 +117,24 @@ def test_without_a_login_no_schema_no_foreign_upload_no_file_outside_the_app(ope
     assert request(url + "gradio_api/info")[0] == 200  # the scripting API stays described for gradio_client
 
 
+def post_upload(url: str, body: bytes, content_type: str) -> tuple[int, bytes]:
+    status, _, answer = request(url + "gradio_api/upload", data=body, headers={"Content-Type": content_type})
+    return status, answer
+
+
+def test_an_upload_is_judged_by_the_name_gradio_stores_and_its_size_is_capped(open_app) -> None:
+    url = open_app.url
+    for spelled in ('filename ="evil.html"', 'filename\t="evil.html"'):
+        status, body = post_upload(url, *multipart((f'name="files"; {spelled}', b"<script>alert(1)</script>")))
+        assert status == 403 and b"evil.html" in body and b".jsonl" in body, (spelled, status, body)
+    status, body = post_upload(url, *multipart(('name="files"; filename="big.jsonl"',
+                                                b'{"question": "Q?", "answer": "x"}\n' * 600_000)))  # 20 MB
+    detail = json.loads(body)["detail"]
+    assert status == 413 and "larger than 10 MB" in detail and "Fix:" in detail, (status, body[:300])
+    status, body = post_upload(url, *multipart(('name="files"; filename="mine.jsonl"', b'{"question": "Q?"}\n')))
+    assert status == 200 and b"mine.jsonl" in body
+
+
 def test_with_a_login_every_route_is_closed_until_signed_in(locked_app) -> None:
     url = locked_app.url
     for route in ("config", "gradio_api/info", "gradio_api/openapi.json", "gradio_api/file=" + str(locked_app.db),
@@ -251,7 +269,7 @@ def test_the_throttle_doubles_its_wait_up_to_a_cap() -> None:
 def test_uploads_are_allowed_only_when_a_component_takes_files() -> None:
     import gradio as gr
 
-    from explorer.ui.guard import needs_uploads, refused_filename, upload_suffixes
+    from explorer.ui.guard import needs_uploads, upload_suffixes
 
     with gr.Blocks() as plain:
         gr.Textbox()
@@ -262,8 +280,39 @@ def test_uploads_are_allowed_only_when_a_component_takes_files() -> None:
         gr.UploadButton("Load a question file")
     assert not needs_uploads(plain) and needs_uploads(with_file) and needs_uploads(with_button)
     assert upload_suffixes(with_file) == (".jsonl",) and upload_suffixes(with_button) is None
-    assert refused_filename(b'form-data; name="files"; filename="a.JSONL"\r\n', (".jsonl",)) is None
-    assert refused_filename(b'filename="a.jsonl"\r\n..filename="b.exe"', (".jsonl",)) == "b.exe"
+
+
+def multipart(*parts: tuple[str, bytes], boundary: str = "b0undary") -> tuple[bytes, str]:
+    """A multipart body of (Content-Disposition parameters, content) parts, and its Content-Type."""
+    body = b"".join(f"--{boundary}\r\nContent-Disposition: form-data; {disposition}\r\n"
+                    "Content-Type: application/octet-stream\r\n\r\n".encode() + content + b"\r\n"
+                    for disposition, content in parts)
+    return body + f"--{boundary}--\r\n".encode(), f"multipart/form-data; boundary={boundary}"
+
+
+def refused_by_check(body: bytes, content_type: str, chunk: int = 7) -> str | None:
+    from explorer.ui.uploads import UploadCheck, UploadRefused
+
+    check = UploadCheck(content_type, (".jsonl",), limit=1000)
+    try:
+        for start in range(0, len(body), chunk):  # fed in small pieces: a header split across chunks is still read
+            check.feed(body[start:start + chunk])
+    except UploadRefused as exc:
+        return exc.name or exc.message
+    return None
+
+
+def test_upload_names_are_read_as_the_multipart_parser_reads_them() -> None:
+    ok = 'name="files"; filename="a.JSONL"'
+    assert refused_by_check(*multipart((ok, b"{}"))) is None
+    assert refused_by_check(*multipart((ok, b"{}"), ('name="files"; filename="b.exe"', b"x"))) == "b.exe"
+    for spelled in ('filename ="evil.html"', 'filename\t="evil.html"', "filename=evil.html",
+                    'FILENAME="evil.html"', 'filename="evil.html"; filename*=UTF-8\'\'a.jsonl'):
+        assert refused_by_check(*multipart((f'name="files"; {spelled}', b"<script>"))) == "evil.html", spelled
+    assert "a file without a name" in refused_by_check(*multipart(('name="files"; filename=""', b"x")))
+    assert "larger than" in refused_by_check(*multipart((ok, b"x" * 1001)))
+    unreadable = refused_by_check(b"--b0undary\r\nno headers end", "multipart/form-data; boundary=b0undary")
+    assert "cannot be read" in unreadable
 
 
 def test_a_burst_of_logins_sent_together_gets_no_more_tries_than_one_by_one(locked_app) -> None:

@@ -3,10 +3,12 @@ schemas, and password guessing.
 
 * Uploads (``/gradio_api/upload`` and the other routes that take files) are refused unless the
   app has a component that takes a file: :func:`needs_uploads` decides, and ``launch(uploads=)``
-  can say so explicitly. When uploads are on and every file-taking component names its file
-  types, a file whose name ends otherwise is refused as it streams in (Gradio itself checks the
-  type only when the file is used, after it is already stored). This is the one place that
-  policy lives.
+  can say so explicitly. When uploads are on, a file larger than
+  :data:`~explorer.ui.uploads.MAX_UPLOAD_BYTES` is refused, and when every file-taking component
+  names its file types, so is a file whose name ends otherwise, as it streams in (Gradio itself
+  checks the type only when the file is used, after it is already stored); the body is read with
+  the multipart parser Gradio stores uploads with (:mod:`explorer.ui.uploads`). This is the one
+  place that policy lives.
 * ``/openapi.json``, ``/docs`` and ``/redoc`` list every route of the server: closed. (Gradio's
   own API page for ``gradio_client`` stays, behind the login when there is one.)
 * Gradio answers every error of its synchronous API routes (``/gradio_api/run/NAME``,
@@ -38,7 +40,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -47,12 +48,14 @@ from typing import Any
 
 from explorer.ui.call_defaults import endpoint_of, padded
 from explorer.ui.forwarding import ForwardedTrust, apply_forwarding
+from explorer.ui.uploads import FRAMING_BYTES, UploadCheck, UploadRefused, too_large
 
 FREE_ATTEMPTS = 5
 BASE_DELAY = 1.0
 MAX_DELAY = 300.0
-#: The largest file an upload may carry when uploads are on.
-MAX_UPLOAD = "200mb"
+
+#: The most of a refused upload read (and dropped) before its answer; past it the connection is closed.
+DRAIN_LIMIT = 64 * 1024 * 1024
 
 UPLOAD_ROUTES = ("/gradio_api/upload", "/gradio_api/process_recording", "/upload")
 UPLOAD_PREFIXES = ("/gradio_api/stream/",)  # streamed media inputs (webcam, microphone)
@@ -97,18 +100,6 @@ def upload_suffixes(blocks: Any) -> tuple[str, ...] | None:
             return None
         suffixes.extend(str(kind).lower() for kind in types)
     return tuple(dict.fromkeys(suffixes)) or None
-
-
-_FILENAME = re.compile(rb'filename\*?="?([^";\r\n]*)', re.IGNORECASE)
-
-
-def refused_filename(chunk: bytes, suffixes: tuple[str, ...]) -> str | None:
-    """The first file name in a multipart chunk whose ending is not one of ``suffixes``, if any."""
-    for match in _FILENAME.finditer(chunk):
-        name = match.group(1).decode("utf-8", "replace").strip()
-        if name and not name.lower().endswith(suffixes):
-            return name
-    return None
 
 
 class LoginThrottle:
@@ -184,6 +175,19 @@ async def _refuse(send: Send, status: int, detail: str, headers: list[tuple[byte
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                             *(headers or [])]})
     await send({"type": "http.response.body", "body": body})
+
+
+async def _drain(receive: Receive, limit: int = DRAIN_LIMIT) -> None:
+    """Read and drop the rest of a refused body (up to ``limit`` bytes), so that a client that sends its
+    whole body before it reads the answer gets the answer instead of a broken connection."""
+    read = 0
+    while read <= limit:
+        message = await receive()
+        if message.get("type") != "http.request":
+            return
+        read += len(message.get("body", b""))
+        if not message.get("more_body"):
+            return
 
 
 def error_status(send: Send) -> Send:
@@ -276,8 +280,7 @@ class Guard:
         if self.settings.login and not public(path, method) and not _starting(scope, path) and not signed_in(scope):
             await _refuse(send, 401, "sign in first: this server requires a login (open its page to sign in)")
             return
-        if (method == "POST" and self.settings.uploads and self.settings.upload_suffixes
-                and (path in UPLOAD_ROUTES or path.startswith(UPLOAD_PREFIXES))):
+        if method == "POST" and self.settings.uploads and (path in UPLOAD_ROUTES or path.startswith(UPLOAD_PREFIXES)):
             await self._upload(scope, receive, send, self.settings.upload_suffixes)
             return
         endpoint = endpoint_of(path) if method == "POST" else None
@@ -288,27 +291,41 @@ class Guard:
             return
         await self.app(scope, receive, send)
 
-    async def _upload(self, scope: Scope, receive: Receive, send: Send, suffixes: tuple[str, ...]) -> None:
-        """Pass the upload through while watching its part headers; at the first file name with
-        another ending, tell the app the client left (so it stops reading and drops the partial
-        file) and answer 403 ourselves. The last bytes of each chunk are kept so a header split
-        across two chunks is still seen."""
-        refused: list[str] = []
-        tail = b""
+    async def _upload(self, scope: Scope, receive: Receive, send: Send, suffixes: tuple[str, ...] | None) -> None:
+        """Pass the upload through while reading its parts (:class:`~explorer.ui.uploads.UploadCheck`); at
+        the first file it refuses (another ending, too large, unreadable), tell the app the client left (so
+        it stops reading and drops the partial file) and answer with the reason ourselves."""
+        refused: list[UploadRefused] = []
         started = False
+        headers = dict(scope.get("headers") or [])
+        try:
+            check = UploadCheck(headers.get(b"content-type", b""), suffixes)
+            length = int(headers.get(b"content-length", b"0") or 0)
+        except UploadRefused as exc:
+            await _refuse(send, exc.status, exc.message)
+            return
+        except ValueError:
+            length = 0
+        if length > check.limit + FRAMING_BYTES:  # refused before a byte of it is stored
+            problem = too_large(check.limit)
+            await _drain(receive)
+            await _refuse(send, problem.status, problem.message)
+            return
+
+        ended = False  # the whole body has been received
 
         async def watched() -> dict[str, Any]:
-            nonlocal tail
+            nonlocal ended
             if refused:
                 return {"type": "http.disconnect"}
             message = await receive()
+            ended = message.get("type") != "http.request" or not message.get("more_body")
             if message.get("type") == "http.request":
-                body = message.get("body", b"")
-                name = refused_filename(tail + body, suffixes)
-                if name is not None:
-                    refused.append(name)
+                try:
+                    check.feed(message.get("body", b""))
+                except UploadRefused as exc:
+                    refused.append(exc)
                     return {"type": "http.disconnect"}
-                tail = body[-512:]
             return message
 
         async def held(message: dict[str, Any]) -> None:
@@ -325,8 +342,9 @@ class Guard:
             if not refused:
                 raise
         if refused and not started:
-            await _refuse(send, 403, f"'{refused[0][:120]}' is not a file this app takes; it accepts "
-                                     + ", ".join(suffixes))
+            if not ended:
+                await _drain(receive)
+            await _refuse(send, refused[0].status, refused[0].message)
 
     async def _login(self, scope: Scope, receive: Receive, send: Send) -> None:
         client = (scope.get("client") or ("unknown", 0))[0]
