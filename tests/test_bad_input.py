@@ -581,6 +581,55 @@ def test_api_errors_carry_the_status_they_mean_and_a_bad_question_stores_nothing
     assert "Loading weights" not in app.log.read_text() and "Traceback" not in app.log.read_text()
 
 
+def post_raw(url: str, body: bytes, timeout: float = 30) -> tuple[int, str]:
+    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+@pytest.mark.parametrize("body,where,expect", [
+    (b'{"data": []}', "data", "/fetch_run takes 1 value(s) (run_id), the call sent 0"),
+    (b'{"data": ["a", "b"]}', "data", "the call sent 2"),
+    (b'{"data": {"run_id": "x"}}', "request body", "data is a JSON object, not a list"),
+    (b'["0123"]', "request body", "the body is a JSON list, not an object"),
+    (b'{"run_id": "x"}', "request body", "data is missing"),
+    (b'{"data": ["\xff"]}', "request body", "the body is not UTF-8 text (byte 0xFF at byte 12)"),
+    (b'{"data": [' + b"[" * 50_000 + b"]" * 50_000 + b"]}", "request body", "nested too deeply"),
+    (b'{"data": [', "request body", "the body is not valid JSON (Expecting value at column 11)"),
+], ids=["no-values", "too-many", "data-object", "body-list", "no-data", "not-utf8", "deep", "cut-short"])
+def test_a_malformed_call_is_told_what_where_and_how(app, body, where, expect) -> None:
+    for route in ("gradio_api/run/fetch_run", "gradio_api/call/fetch_run"):
+        status, text = post_raw(app.url + route, body)
+        answer = json.loads(text)
+        assert status == 400 and answer["title"] == "Invalid request", (route, status, text)
+        assert answer["error"].startswith(f"{where}: ") and expect in answer["error"], answer
+        assert 'Fix: send a JSON object whose data lists' in answer["error"] or "UTF-8" in answer["error"]
+    assert "Traceback" not in app.log.read_text()
+
+
+@pytest.mark.parametrize("size", [1_048_702, 1_090_000, 1_120_002])
+def test_a_call_just_over_a_megabyte_is_answered_at_once(app, size) -> None:
+    """Bodies a little larger than what the guard reads whole once waited for more body that never came."""
+    for route in ("gradio_api/run/run", "gradio_api/run/fetch_run"):
+        padding = size - len(b'{"data": [""]}')
+        status, text = post_raw(app.url + route, b'{"data": ["' + b"x" * padding + b'"]}')
+        assert status == 413 and "larger than 1 MB" in json.loads(text)["error"], (route, status, text[:300])
+
+
+def test_a_link_too_long_to_read_is_refused_with_a_reason(app) -> None:
+    status, headers, _ = (lambda r: (r.status, r.headers, r.read()))(
+        urllib.request.urlopen(app.url + "?run=abc", timeout=30))
+    assert status == 200
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(app.url + "?run=" + "a" * 70_000, timeout=30)
+    text = refused.value.read().decode()
+    assert refused.value.code == 414 and "70,004 characters" in text and "Fix:" in text, text
+    assert "Traceback" not in app.log.read_text()
+
+
 def test_api_errors_name_no_server_path_and_the_log_keeps_it(app, client) -> None:
     with pytest.raises(Exception) as caught:
         client.predict("nope-not-a-run", api_name="/fetch_run")

@@ -253,7 +253,7 @@ def launch(demo: gr.Blocks, *, host: str, port: int, auth: tuple[str, str] | Non
     """
     from starlette.middleware import Middleware
 
-    from explorer.ui.call_defaults import api_defaults
+    from explorer.ui.call_defaults import api_defaults, api_names
     from explorer.ui.forwarding import ForwardedTrust
     from explorer.ui.guard import Guard, GuardSettings, needs_uploads, upload_suffixes
     from explorer.ui.uploads import MAX_UPLOAD_BYTES
@@ -262,7 +262,7 @@ def launch(demo: gr.Blocks, *, host: str, port: int, auth: tuple[str, str] | Non
     guard = Middleware(Guard, settings=GuardSettings(uploads=allow, login=auth is not None,
                                                      upload_suffixes=upload_suffixes(demo),
                                                      forwarded=ForwardedTrust(tuple(proxies)),
-                                                     api_defaults=api_defaults(demo)))
+                                                     api_defaults=api_defaults(demo), api_names=api_names(demo)))
     os.environ["FORWARDED_ALLOW_IPS"] = ""  # uvicorn believes no forwarding header; the guard decides
     # The model's events wait in the app's own line (explorer.ui.admission), so Gradio's queue holds them all.
     demo.queue(default_concurrency_limit=4, max_size=EVENT_LIMIT + 64).launch(

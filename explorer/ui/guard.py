@@ -46,7 +46,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from explorer.ui.call_defaults import endpoint_of, padded
+from explorer.ui.call_defaults import MAX_PADDED_BODY, call_problem, endpoint_of, pad, read_body, too_long, with_body
 from explorer.ui.forwarding import ForwardedTrust, apply_forwarding
 from explorer.ui.uploads import FRAMING_BYTES, UploadCheck, UploadRefused, too_large
 
@@ -54,6 +54,8 @@ FREE_ATTEMPTS = 5
 BASE_DELAY = 1.0
 MAX_DELAY = 300.0
 
+#: The longest query string read (a link of the page names a few run ids; httpx, inside Gradio, fails past 64 kB).
+MAX_QUERY = 8192
 #: The most of a refused upload read (and dropped) before its answer; past it the connection is closed.
 DRAIN_LIMIT = 64 * 1024 * 1024
 
@@ -159,6 +161,8 @@ class GuardSettings:
     #: Named endpoints' parameter defaults: a plain HTTP call that leaves optional values out gets them
     #: (:mod:`explorer.ui.call_defaults`).
     api_defaults: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    #: Their parameter names, for the messages that refuse a malformed call.
+    api_names: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def _path(scope: Scope) -> str:
@@ -169,8 +173,22 @@ def _path(scope: Scope) -> str:
     return path.rstrip("/") or "/"
 
 
-async def _refuse(send: Send, status: int, detail: str, headers: list[tuple[bytes, bytes]] | None = None) -> None:
-    body = json.dumps({"detail": detail}).encode()
+async def _refuse(send: Send, status: int, detail: str, headers: list[tuple[bytes, bytes]] | None = None,
+                  text: bool = False) -> None:
+    """Answer ``detail`` as JSON (``{"detail": ...}``), or as plain text for a page a person opened (``text``)."""
+    if not text:
+        await _answer(send, status, {"detail": detail}, headers)
+        return
+    body = detail.encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"text/plain; charset=utf-8"),
+                            (b"content-length", str(len(body)).encode()), *(headers or [])]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _answer(send: Send, status: int, answer: dict[str, Any],
+                  headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    body = json.dumps(answer).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                             *(headers or [])]})
@@ -267,6 +285,12 @@ class Guard:
                 return
             await self.app(scope, receive, send)
             return
+        if len(scope.get("query_string") or b"") > MAX_QUERY:
+            await _refuse(send, 414, f"address: the query after '?' is {len(scope['query_string']):,} characters, "
+                                     f"more than the {MAX_QUERY:,} this app reads Fix: a link names at most a few "
+                                     "run ids (?run=ID, ?compare=ID1,ID2); copy it again from the page",
+                          text=path == "/")
+            return
         if path in SCHEMA_ROUTES:
             await _refuse(send, 404, "not found")
             return
@@ -285,7 +309,18 @@ class Guard:
             return
         endpoint = endpoint_of(path) if method == "POST" else None
         if endpoint in self.settings.api_defaults:
-            scope, receive = await padded(scope, receive, self.settings.api_defaults[endpoint])
+            defaults = self.settings.api_defaults[endpoint]
+            body, whole, receive = await read_body(receive)
+            problem = call_problem(body, endpoint, self.settings.api_names.get(endpoint, ()), defaults) if whole \
+                else too_long(endpoint) if len(body) > MAX_PADDED_BODY else None
+            if problem is not None and not whole:
+                await _drain(receive)
+                await _answer(send, 413, {"title": BAD_REQUEST, "error": problem.message})
+                return
+            if problem is not None:
+                await _answer(send, 400, {"title": BAD_REQUEST, "error": problem.message})
+                return
+            scope, receive = with_body(scope, receive, body, pad(body, defaults) if whole else None)
         if method == "POST" and path.startswith(SYNC_API_PREFIXES):
             await self.app(scope, receive, error_status(send))
             return
