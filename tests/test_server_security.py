@@ -23,7 +23,7 @@ import pytest
 from explorer.errors import ExplorerError, hide_paths, public_message
 from explorer.ui import server
 from explorer.ui.guard import LoginThrottle
-from tests.browser_support import ROOT, start_app
+from tests.browser_support import CHROMIUM, ROOT, start_app
 
 USER, PASSWORD = "alice", "correct-horse-battery"
 PROXY = "127.0.0.2"  # the one reverse proxy the locked app is told to believe
@@ -206,7 +206,11 @@ def test_with_a_login_no_route_of_the_app_answers_but_the_login_page(locked_app,
         if not refused:
             answered.add((path, method))
     assert answered == PUBLIC_UNDER_LOGIN
-    assert b"auth_required" in send_from(locked_app.url, "127.0.0.4", "GET", "/").body  # the page is the login form
+    login_page = send_from(locked_app.url, "127.0.0.4", "GET", "/").body
+    assert b"auth_required" in login_page  # the page is the login form...
+    for described in (b"fetch_run", b"idempotency_key", b"parameter_name", b"Fork a stored run"):
+        assert described not in login_page, described  # ...and does not describe the API
+    assert b"window.gradio_api_info = null;" in login_page
     # signed in, the closed routes answer
     form = urllib.parse.urlencode({"username": USER, "password": PASSWORD})
     signed = send_from(locked_app.url, "127.0.0.4", "POST", "/login", form,
@@ -217,6 +221,26 @@ def test_with_a_login_no_route_of_the_app_answers_but_the_login_page(locked_app,
         assert send_from(locked_app.url, "127.0.0.4", "GET", path, headers={"Cookie": cookie}).status == 200, path
     assert send_from(locked_app.url, "127.0.0.4", "GET", "/config", headers={"Cookie": "access-token-x=forged"}
                      ).status == 401
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is missing: `make browser`")
+def test_the_login_page_signs_in_without_the_api_description(locked_app) -> None:
+    """In a real browser: the login form works with no API description in the page, and the app opens."""
+    from tests.browser_support import browser_context
+
+    with browser_context() as context:
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(locked_app.url, timeout=120_000)
+        page.wait_for_selector("input[type=password]", timeout=60_000)
+        assert page.evaluate("window.gradio_api_info") is None
+        page.fill("input[type=text]", USER)
+        page.fill("input[type=password]", PASSWORD)
+        page.keyboard.press("Enter")
+        page.wait_for_selector("#question", timeout=120_000)
+        assert not errors, errors
 
 
 def test_wrong_passwords_back_off_and_the_right_one_resets(locked_app) -> None:

@@ -16,7 +16,8 @@ schemas, and password guessing.
   :data:`NOT_FOUND`), and the guard gives those answers the status they mean: 400 and 404; only a
   server fault stays 500.
 * With a login, nothing answers before signing in but the login page itself: the page (``/``,
-  which then holds only the login form), the compiled Gradio frontend and fonts it loads
+  which then holds only the login form: the API description Gradio embeds in it is taken out), the
+  compiled Gradio frontend and fonts it loads
   (``/assets/...``, ``/static/...``, the same files in every Gradio install), the stock theme's
   stylesheet (``/theme.css``) and the form's target (``POST /login``). Every other route, present
   or added by a later Gradio, answers 401 until the browser holds a session (:data:`PUBLIC_ROUTES`,
@@ -68,6 +69,8 @@ SYNC_API_PREFIXES = ("/gradio_api/run/", "/gradio_api/api/")
 PUBLIC_ROUTES = {"/": ("GET", "HEAD"), "/theme.css": ("GET",)}
 PUBLIC_PREFIXES = ("/assets/", "/static/")
 STARTUP_ROUTE = "/gradio_api/startup-events"
+#: Where Gradio's page template embeds the API description.
+API_INFO_SCRIPT = b"<script>window.gradio_api_info = "
 
 #: Titles of the API's error answers, and the HTTP status each stands for on the synchronous routes.
 BAD_REQUEST, NOT_FOUND, SERVER_ERROR = "Invalid request", "Not found", "Server error"
@@ -236,6 +239,40 @@ def error_status(send: Send) -> Send:
     return relay
 
 
+def login_page(send: Send) -> Send:
+    """``send`` for the page before signing in: Gradio renders the login form with the whole API description
+    (every endpoint, parameter and docstring) in it; the page is held and sent without it (the description is
+    served, behind the login, once signed in)."""
+    held: list[dict[str, Any]] = []
+    body: list[bytes] = []
+
+    async def relay(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            held.append(message)
+            return
+        if message["type"] != "http.response.body":
+            await send(message)
+            return
+        body.append(message.get("body", b""))
+        if message.get("more_body"):
+            return
+        page = without_api_info(b"".join(body))
+        headers = [(k, v) for k, v in held[0].get("headers", []) if k != b"content-length"]
+        await send({**held[0], "headers": [*headers, (b"content-length", str(len(page)).encode())]})
+        await send({"type": "http.response.body", "body": page})
+
+    return relay
+
+
+def without_api_info(page: bytes) -> bytes:
+    """A Gradio page with its embedded API description replaced by null (its frontend then asks the server)."""
+    start = page.find(API_INFO_SCRIPT)
+    if start < 0:
+        return page
+    end = page.find(b";</script>", start)
+    return page if end < 0 else page[:start] + API_INFO_SCRIPT + b"null" + page[end:]
+
+
 def public(path: str, method: str) -> bool:
     """Whether a request may be answered without a session when the app has a login."""
     if path in PUBLIC_ROUTES:
@@ -303,6 +340,10 @@ class Guard:
             return
         if self.settings.login and not public(path, method) and not _starting(scope, path) and not signed_in(scope):
             await _refuse(send, 401, "sign in first: this server requires a login (open its page to sign in)")
+            return
+        if self.settings.login and path == "/" and not signed_in(scope):
+            headers = [(k, v) for k, v in scope.get("headers") or [] if k != b"accept-encoding"]  # a body to edit
+            await self.app({**scope, "headers": headers}, receive, login_page(send))
             return
         if method == "POST" and self.settings.uploads and (path in UPLOAD_ROUTES or path.startswith(UPLOAD_PREFIXES)):
             await self._upload(scope, receive, send, self.settings.upload_suffixes)
