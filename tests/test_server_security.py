@@ -174,7 +174,7 @@ def built_app(tmp_path_factory):
     folder = tmp_path_factory.mktemp("routes")
     corpus = write_corpus(folder / "private_corpus.jsonl", [])
     return build_app(AppSettings(db=folder / "r.sqlite", model=str(folder / "models" / "my-model"),
-                                 corpus=str(corpus), preload=False))
+                                 corpus=str(corpus), preload=False, embedder=str(folder / "encoders" / "my-encoder")))
 
 
 @pytest.fixture(scope="module")
@@ -191,6 +191,30 @@ def test_status_names_the_model_and_corpus_without_a_server_path(built_app, tmp_
     status = next(fn.fn for fn in built_app.fns.values() if fn.api_name == "status")()
     assert "model my-model, corpus private_corpus.jsonl" in status["message"], status
     assert str(tmp_path_factory.getbasetemp()) not in str(status) and "/" not in status["message"]
+
+
+def test_the_page_shows_no_server_path_and_offers_only_the_servers_embedders(built_app, tmp_path_factory) -> None:
+    from explorer.ui.embedders import page_embedder, page_embedders
+
+    folder = str(tmp_path_factory.getbasetemp())
+    boxes = {b.elem_id: b for b in built_app.blocks.values() if getattr(b, "elem_id", None) in ("corpus", "embedder")}
+    assert boxes["corpus"].value == "private_corpus.jsonl" and boxes["embedder"].value == "my-encoder"
+    assert folder not in json.dumps(built_app.config, default=str)  # nowhere in the page
+    started = f"{folder}/encoders/my-encoder"
+    offered = page_embedders(started)
+    assert page_embedder("my-encoder", offered) == started
+    assert page_embedder("embedded", offered) is None and page_embedder("all-MiniLM-L6-v2", offered) is None
+    # Any other text gets one refusal, whatever is on the server's disk: no folder can be probed, and the
+    # language model's own folder is never opened as a sentence encoder.
+    real = tmp_path_factory.mktemp("encoder-like")
+    (real / "config.json").write_text("{}")
+    refusals = set()
+    for text in (str(real), "/no/such/folder", str(ROOT / ".cache"), str(ROOT), "bert-base-uncased"):
+        with pytest.raises(ExplorerError) as refused:
+            page_embedder(text, offered)
+        assert refused.value.where == "Embedder" and "--embedder" in refused.value.fix
+        refusals.add(refused.value.message.replace(text, "TEXT"))
+    assert len(refusals) == 1, refusals
 
 
 def test_with_a_login_no_route_of_the_app_answers_but_the_login_page(locked_app, route_table) -> None:

@@ -11,6 +11,7 @@ after the file.
 
 from __future__ import annotations
 
+import logging
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,8 @@ from typing import Any
 from explorer.eval.datasets import DATASETS, Question, default_path, load_dataset, resolve_source
 from explorer.options import using
 from explorer.paths import shared_data_dir
+
+log = logging.getLogger("explorer.ui")
 
 TYPED = "Type your own"
 DEMO = "Demo questions"
@@ -80,8 +83,9 @@ def load_file(path: str | Path, fmt: str | None = None, *, name: str | None = No
 def data_note() -> str:
     if benchmark_names():
         return ""
-    return (f"Benchmark questions are not offered: no data at {shared_data_dir()} "
-            "(set EXPLORER_DATA to the folder holding hotpotqa/, musique/, ...).")
+    log.info("no benchmark data at %s", shared_data_dir())  # the folder is the server's: named in its log only
+    return ("Benchmark questions are not offered: this server has no benchmark data (whoever runs it sets "
+            "EXPLORER_DATA to the folder holding hotpotqa/, musique/, ...).")
 
 
 @lru_cache(maxsize=16)
