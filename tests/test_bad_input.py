@@ -411,6 +411,30 @@ def test_a_full_disk_is_named_and_the_earlier_file_kept(tmp_path, capsys, no_mod
         subprocess.run(["umount", str(disk)], check=True)
 
 
+def test_the_app_on_a_full_disk_says_so_and_leaves_no_database_behind(tmp_path, capsys) -> None:
+    """``python app.py --db`` on a disk with a few kB free: a clear refusal, and no empty database, -wal or -shm
+    that a later start would take for a run database."""
+    from explorer.ui import server
+    from tests.browser_support import free_port
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = os.geteuid() == 0 and subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)],
+                                                   capture_output=True).returncode == 0
+    if not mounted:
+        pytest.skip("a small disk to fill needs mount rights (root)")
+    try:
+        for free_kb in (40, 4):  # room for the first page only, and for nothing
+            (disk / "fill").write_bytes(b"\0" * ((64 - free_kb) * 1024))
+            code = server.main(["--db", str(disk / "runs.sqlite"), "--lazy", "--port", str(free_port()), "--quiet"])
+            text = capsys.readouterr().err
+            assert code == 2 and "no space left on the disk that holds it" in text and "Fix: free some space" in text
+            assert "Traceback" not in text
+            assert sorted(p.name for p in disk.iterdir()) == ["fill"], free_kb
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
 def test_a_write_cut_short_names_the_path_and_keeps_the_earlier_file(tmp_path, capsys, no_model) -> None:
     """The process's file-size limit stops the write part-way, as a full disk would (Python ignores SIGXFSZ)."""
     import resource
