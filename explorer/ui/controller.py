@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from explorer.errors import ExplorerError, check_text, hide_paths, public_message
+from explorer.errors import ExplorerError, check_question, hide_paths, public_message
 from explorer.forks import ForkPlan
 from explorer.journal import RunJournal
 from explorer.methods.base import run_question
@@ -221,10 +221,7 @@ class RunController:
 
     def check_question(self, question: str) -> str:
         """What can be refused before the model is needed: an empty question, a store that cannot take the run."""
-        question = (question or "").strip()
-        if not question:
-            raise ExplorerError("the question is empty", where="question", fix="type a question or pick one")
-        check_text(question, "question")
+        question = check_question(question, "question", "type a question or pick one")
         if self.store.readonly:
             raise ExplorerError("the run database is read-only, so runs cannot be stored; stored runs can still be "
                                 "opened", where="run database",
