@@ -299,7 +299,7 @@ def wire_recorded(tab: RunTab, shelf: gallery.Gallery, cache: TraceCache, on_run
         try:
             opened = links.open_link(params, cache, shelf)
         except ExplorerError as exc:
-            return [*nothing[:7], status_html(f"This link opens nothing: {public_message(exc)}", error=True),
+            return [*nothing[:7], status_html(links.link_problem(exc), error=True),
                     *nothing[8:]]
         if opened is None:
             return nothing
