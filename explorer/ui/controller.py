@@ -275,7 +275,14 @@ class RunController:
                     drain: Iterator[Update], ticket: Ticket) -> Iterator[Update]:
         try:
             yield from self._wait_turn(ticket, cancel)
-            if cancel.is_set():  # a newer run of the same page took over while this one waited
+            if cancel.is_set():
+                ticket.release()  # its place goes to the next caller at once
+                with self._lock:
+                    replaced = self._cancels.get(session) is not cancel
+                if not replaced:  # cancelled by its page (a newer run of the page draws its own view)
+                    line = ticket.describe() + "; nothing ran, nothing was stored."
+                    line = line[:1].upper() + line[1:]
+                    yield Update(render_runs([], message=esc(line)), status_html(line))
                 return
             if not self.runtime.ready:
                 yield Update(render_runs([], message=esc(self.runtime.status())), status_html(self.runtime.status()))
