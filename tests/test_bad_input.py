@@ -418,11 +418,18 @@ def test_a_full_disk_is_named_and_the_earlier_file_kept(tmp_path, capsys, no_mod
         subprocess.run(["umount", str(disk)], check=True)
 
 
-def test_the_app_on_a_full_disk_says_so_and_leaves_no_database_behind(tmp_path, capsys) -> None:
+def test_the_app_on_a_full_disk_says_so_and_leaves_no_database_behind(tmp_path, capsys, monkeypatch) -> None:
     """``python app.py --db`` on a disk with a few kB free: a clear refusal, and no empty database, -wal or -shm
     that a later start would take for a run database."""
+    import logging
+
     from explorer.ui import server
     from tests.browser_support import free_port
+
+    # the server sets its environment and its log's stream (this test's captured stderr): both are put back
+    monkeypatch.setattr(os, "environ", dict(os.environ))
+    monkeypatch.setattr(logging.getLogger("explorer"), "handlers", list(logging.getLogger("explorer").handlers))
+    monkeypatch.setattr(logging.getLogger("explorer"), "level", logging.getLogger("explorer").level)
 
     disk = tmp_path / "disk"
     disk.mkdir()
