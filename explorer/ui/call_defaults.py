@@ -158,8 +158,9 @@ async def read_body(receive: Receive, limit: int = MAX_PADDED_BODY) -> tuple[byt
     return body, whole and size <= limit, receive_again
 
 
-def with_body(scope: Scope, receive: Receive, body: bytes, better: bytes | None) -> tuple[Scope, Receive]:
-    """The request as the app gets it: unchanged, or with ``better`` (a whole body) in place of ``body``."""
+def with_body(scope: Scope, receive: Receive, better: bytes | None) -> tuple[Scope, Receive]:
+    """The request as the app gets it from :func:`read_body`'s ``receive``: unchanged, or with ``better`` in place
+    of the body it read whole."""
     if better is None:
         return scope, receive
     headers = [(k, v) for k, v in scope.get("headers") or [] if k != b"content-length"]

@@ -361,7 +361,7 @@ class Guard:
             if problem is not None:
                 await _answer(send, 400, {"title": BAD_REQUEST, "error": problem.message})
                 return
-            scope, receive = with_body(scope, receive, body, pad(body, defaults) if whole else None)
+            scope, receive = with_body(scope, receive, pad(body, defaults) if whole else None)
         if method == "POST" and path.startswith(SYNC_API_PREFIXES):
             await self.app(scope, receive, error_status(send))
             return
