@@ -341,7 +341,7 @@ class Guard:
         if self.settings.login and not public(path, method) and not _starting(scope, path) and not signed_in(scope):
             await _refuse(send, 401, "sign in first: this server requires a login (open its page to sign in)")
             return
-        if self.settings.login and path == "/" and not signed_in(scope):
+        if self.settings.login and path == "/" and method == "GET" and not signed_in(scope):
             headers = [(k, v) for k, v in scope.get("headers") or [] if k != b"accept-encoding"]  # a body to edit
             await self.app({**scope, "headers": headers}, receive, login_page(send))
             return
