@@ -8,12 +8,14 @@ as text. The full-width forms of those signs are treated the same, since some sp
 them.
 
 A spreadsheet does not always read the file as comma-separated: in many locales it splits on
-semicolons, and a pasted row splits on tabs. Then ``0x1;=1`` becomes two cells, the second a
-formula, and quoting the whole cell does not help, because the reader ignores quotes that do not
-open a cell of its own. So every piece of a cell that follows a comma, a semicolon, a tab or a
-line break and would start a formula gets the quote too (``0x1;'=1``): each reading then sees
-text. Such a piece is marked even when it looks like a number (``x;+2``), since in the other
-reading its cell runs on to the next separator, over the following cells. Numbers stay numbers:
+semicolons, some readers on pipes, and a pasted row splits on tabs. Then ``0x1;=1`` becomes two
+cells, the second a formula, and quoting the whole cell does not help, because the reader ignores
+quotes that do not open a cell of its own. So every piece of a cell that follows a comma, a
+semicolon, a tab, a pipe or a line break and would start a formula gets the quote too
+(``0x1;'=1``): each reading then sees text. A piece that opens with double quotes (``x;"=1+13"``)
+is judged by what follows them, since that reading takes them as the quotes of a cell of its own.
+Such a piece is marked even when it looks like a number (``x;+2``), since in the other reading
+its cell runs on to the next separator, over the following cells. Numbers stay numbers:
 a whole cell that is only a number (``-0.5``, ``+3``, ``1e-6``) cannot be a formula and is left
 as it is, so numeric columns still sort and sum.
 
@@ -30,13 +32,14 @@ from typing import Any
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")
 #: Where a spreadsheet may begin a new cell inside the text of one: the separators of the common
-#: readings (comma, semicolon, tab) and a line break.
-SEPARATORS = re.compile(r"([,;\t\n])")
+#: readings (comma, semicolon, tab, pipe) and a line break.
+SEPARATORS = re.compile(r"([,;\t|\n])")
 _NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 
 
 def _starts_formula(piece: str) -> bool:
-    return piece.lstrip(" ").startswith(FORMULA_STARTS)
+    """Whether ``piece`` starts a formula, also where a reading takes its opening quotes as a quoted cell's."""
+    return piece.lstrip(' "').startswith(FORMULA_STARTS)
 
 
 def safe_cell(value: Any) -> Any:

@@ -101,6 +101,29 @@ def check_text(text: str, where: str) -> str:
     return text
 
 
+#: Unicode categories that show nothing on their own: controls (NUL), format characters (zero-width space
+#: and joiners, byte-order mark), surrogates, private-use and unassigned code points, separators and marks.
+_INVISIBLE = ("Cc", "Cf", "Cs", "Co", "Cn", "Zs", "Zl", "Zp", "Mn", "Me")
+
+
+def has_visible(text: str) -> bool:
+    """Whether ``text`` holds a character that shows: a question of only NUL or zero-width characters is empty."""
+    import unicodedata
+
+    return any(unicodedata.category(ch) not in _INVISIBLE for ch in text)
+
+
+def check_question(text: str | None, where: str, fix: str) -> str:
+    """``text`` stripped, refused when it is empty, only invisible characters, or holds a lone surrogate."""
+    text = (text or "").strip()
+    if not text:
+        raise ExplorerError("the question is empty", where=where, fix=fix)
+    if not has_visible(text):
+        raise ExplorerError(f"the question is empty: its {len(text)} character(s) are all invisible (NUL, "
+                            "zero-width or other control characters)", where=where, fix=fix)
+    return check_text(text, where)
+
+
 def json_problem(exc: json.JSONDecodeError, *, column: bool = True) -> str:
     """json's reason, with its column unless the caller names the position itself.
 

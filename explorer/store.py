@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import sqlite3
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -78,6 +79,22 @@ def _is_readonly_error(exc: sqlite3.Error) -> bool:
     return "readonly" in text or "read-only" in text or "unable to open" in text
 
 
+#: Free space below which a failed write is put down to a full disk.
+LOW_DISK = 1 << 20
+
+
+def _sidecars(path: Path) -> list[Path]:
+    """A SQLite database file and the files SQLite keeps beside it."""
+    return [path, *(path.with_name(path.name + suffix) for suffix in ("-wal", "-shm", "-journal"))]
+
+
+def _free_bytes(folder: Path) -> int | None:
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return None
+
+
 class RunStore:
     """The run database at ``path`` (created with its tables on first use).
 
@@ -95,6 +112,17 @@ class RunStore:
         if readonly is None:
             readonly = self.path.exists() and not _looks_writable(self.path)
         self.readonly = readonly
+        created = [p for p in _sidecars(self.path) if not p.exists()] if not self.path.exists() else []
+        try:
+            self._open(readonly)
+        except BaseException:
+            # A new database that could not be made (a full disk) leaves nothing behind: no empty file, no
+            # -wal or -shm, that a later start would mistake for a run database.
+            for leftover in created:
+                leftover.unlink(missing_ok=True)
+            raise
+
+    def _open(self, readonly: bool) -> None:
         if not readonly:
             try:
                 self._open_writable()
@@ -167,6 +195,11 @@ class RunStore:
             return db_error(self.path, f"{what}: its tables are not the explorer's ({text})",
                             fix="restore it from a backup, or point --db at another file (a new path starts "
                                 "an empty run database)")
+        free = _free_bytes(self.path.parent)  # SQLite names a full disk as an I/O error, or by what failed next
+        if free is not None and free < LOW_DISK:
+            return db_error(self.path, f"{what}: no space left on the disk that holds it ({free // 1024} kB free; "
+                                       f"{text})", fix="free some space on that disk, or point --db at a file on "
+                                                       "another disk")
         return db_error(self.path, f"{what}: {text}")
 
     @contextmanager

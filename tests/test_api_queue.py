@@ -97,10 +97,10 @@ def test_thirty_concurrent_clients_all_get_their_run_and_a_retry_repeats_nothing
         clients[1].predict("Another question entirely?", "sr", "", SETTINGS["sr"], "key-1", api_name="/run")
     assert len(RunStore(app.db, readonly=True).list()) == len(stored.list())
     # The key lives in the run database: a new process's objects, with no model at all, find the same run.
-    assert retried_after_restart(app.db, QUESTIONS[0], "key-0") == ids[0]
+    assert retried_after_restart(app.db, QUESTIONS[0], "key-0", f"session:{clients[0].session_hash}") == ids[0]
 
 
-def retried_after_restart(db: Path, question: str, key: str) -> str:
+def retried_after_restart(db: Path, question: str, key: str, client: str) -> str:
     from explorer.ui.api import run_spec
     from explorer.ui.controller import RunController, RuntimeHolder
     from explorer.ui.jobs import ApiRuns
@@ -110,5 +110,34 @@ def retried_after_restart(db: Path, question: str, key: str) -> str:
 
     controller = RunController(RunStore(db), RuntimeHolder(no_model, describe="none"))
     spec = run_spec("", "wo", "", SHORT)  # what /run runs
-    found = ApiRuns(controller).submit(question, spec, client="session:new", key=key)
+    found = ApiRuns(controller).submit(question, spec, client=client, key=key)
     return str(getattr(found, "run_id", ""))
+
+
+def test_an_idempotency_key_belongs_to_the_caller_that_sent_it(tiny_lm, demo_retriever, tmp_db) -> None:
+    """Two callers using the same key: each gets its own run, and neither is refused for the other's request."""
+    from explorer.engine.generation import Engine
+    from explorer.runtime import Runtime
+    from explorer.ui.api import run_spec
+    from explorer.ui.controller import RunController, RuntimeHolder
+    from explorer.ui.jobs import ApiJob, ApiRuns
+
+    runtime = Runtime(engine=Engine(tiny_lm), retriever=demo_retriever, corpus={"name": "demo"})
+    runs = ApiRuns(RunController(RunStore(tmp_db), RuntimeHolder(lambda: runtime, describe="tiny")))
+    spec = run_spec("tiny", "wo", "", SHORT)
+
+    def finished(job: ApiJob | object) -> str:
+        assert isinstance(job, ApiJob)
+        assert job.done.wait(120) and job.error is None and job.trace is not None, job.error
+        return job.trace.run_id
+
+    alice = finished(runs.submit("Who built the arena?", spec, client="user:alice", key="retry-1"))
+    # another caller's same key with another question: its own run, not a refusal naming alice's request
+    bob = finished(runs.submit("Where did the Maineiacs play?", spec, client="user:bob", key="retry-1"))
+    assert bob != alice
+    # each caller's retry returns its own run
+    assert runs.submit("Who built the arena?", spec, client="user:alice", key="retry-1").run_id == alice
+    assert runs.submit("Where did the Maineiacs play?", spec, client="user:bob", key="retry-1").run_id == bob
+    with pytest.raises(ExplorerError, match="already used for a different request"):
+        runs.submit("Where did the Maineiacs play?", spec, client="user:alice", key="retry-1")
+    assert len(RunStore(tmp_db, readonly=True).list()) == 2

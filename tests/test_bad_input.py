@@ -168,6 +168,13 @@ CLI_CASES = [
     Case("run-empty-question", ("run", "--method", "wo", "--question", "   "), ("the question is empty",)),
     Case("run-question-not-utf8", ("run", "--method", "wo", "--question", "Who \udcff wrote Hamlet?"),
          ("--question", "lone surrogate, U+DCFF, at character 5")),
+    Case("run-question-nul", ("run", "--method", "wo", "--question", "\x00\x00\x00"),
+         ("--question: the question is empty: its 3 character(s) are all invisible",)),
+    Case("run-question-zero-width", ("run", "--method", "wo", "--question", "\u200b\u200d\ufeff\u2060"),
+         ("--question: the question is empty", "invisible")),
+    Case("retrieve-query-not-utf8", ("retrieve", "arena \udcff seats"),
+         ("query: the text holds an invalid character", "lone surrogate, U+DCFF, at character 7")),
+    Case("retrieve-query-zero-width", ("retrieve", "\u200b\x00"), ("query: the search text is empty", "invisible")),
     # run: output paths (checked before the model loads, so no generation is lost)
     Case("run-json-missing-folder", ("run", "--method", "wo", "--question", "Q?", "--json", "{tmp}/no/such/t.json"),
          ("does not exist", "mkdir -p")),
@@ -411,6 +418,37 @@ def test_a_full_disk_is_named_and_the_earlier_file_kept(tmp_path, capsys, no_mod
         subprocess.run(["umount", str(disk)], check=True)
 
 
+def test_the_app_on_a_full_disk_says_so_and_leaves_no_database_behind(tmp_path, capsys, monkeypatch) -> None:
+    """``python app.py --db`` on a disk with a few kB free: a clear refusal, and no empty database, -wal or -shm
+    that a later start would take for a run database."""
+    import logging
+
+    from explorer.ui import server
+    from tests.browser_support import free_port
+
+    # the server sets its environment and its log's stream (this test's captured stderr): both are put back
+    monkeypatch.setattr(os, "environ", dict(os.environ))
+    monkeypatch.setattr(logging.getLogger("explorer"), "handlers", list(logging.getLogger("explorer").handlers))
+    monkeypatch.setattr(logging.getLogger("explorer"), "level", logging.getLogger("explorer").level)
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = os.geteuid() == 0 and subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)],
+                                                   capture_output=True).returncode == 0
+    if not mounted:
+        pytest.skip("a small disk to fill needs mount rights (root)")
+    try:
+        for free_kb in (40, 4):  # room for the first page only, and for nothing
+            (disk / "fill").write_bytes(b"\0" * ((64 - free_kb) * 1024))
+            code = server.main(["--db", str(disk / "runs.sqlite"), "--lazy", "--port", str(free_port()), "--quiet"])
+            text = capsys.readouterr().err
+            assert code == 2 and "no space left on the disk that holds it" in text and "Fix: free some space" in text
+            assert "Traceback" not in text
+            assert sorted(p.name for p in disk.iterdir()) == ["fill"], free_kb
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
 def test_a_write_cut_short_names_the_path_and_keeps_the_earlier_file(tmp_path, capsys, no_model) -> None:
     """The process's file-size limit stops the write part-way, as a full disk would (Python ignores SIGXFSZ)."""
     import resource
@@ -499,6 +537,9 @@ API_CASES = [
     ApiCase("method-unknown", "/run", ("Q?", "bogus", "", "{}"), ("unknown method 'bogus'",)),
     ApiCase("variant-unknown", "/run", ("Q?", "dragin", "bogus", "{}"), ("no variant 'bogus'",)),
     ApiCase("question-empty", "/run", ("   ", "wo", "", "{}"), ("the question is empty",)),
+    ApiCase("question-nul", "/run", ("\x00\x00", "wo", "", "{}"), ("the question is empty", "invisible")),
+    ApiCase("question-zero-width", "/run", ("\u200b\u200c\u200d", "wo", "", "{}"),
+            ("the question is empty", "invisible")),
     ApiCase("fetch-unknown-id", "/fetch_run", ("0123456789abcdef0123456789abcdef",), ("no run with id",)),
     ApiCase("fetch-empty-id", "/fetch_run", ("  ",), ("no run id given",)),
     ApiCase("fetch-path-traversal", "/fetch_run", ("../../etc/passwd",), ("no run with id",)),
@@ -579,6 +620,55 @@ def test_api_errors_carry_the_status_they_mean_and_a_bad_question_stores_nothing
     assert len(RunStore(paths["db"], readonly=True).list(limit=1000)) == runs_before  # nothing stored
     assert_intact(paths["db"])
     assert "Loading weights" not in app.log.read_text() and "Traceback" not in app.log.read_text()
+
+
+def post_raw(url: str, body: bytes, timeout: float = 30) -> tuple[int, str]:
+    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+@pytest.mark.parametrize("body,where,expect", [
+    (b'{"data": []}', "data", "/fetch_run takes 1 value(s) (run_id), the call sent 0"),
+    (b'{"data": ["a", "b"]}', "data", "the call sent 2"),
+    (b'{"data": {"run_id": "x"}}', "request body", "data is a JSON object, not a list"),
+    (b'["0123"]', "request body", "the body is a JSON list, not an object"),
+    (b'{"run_id": "x"}', "request body", "data is missing"),
+    (b'{"data": ["\xff"]}', "request body", "the body is not UTF-8 text (byte 0xFF at byte 12)"),
+    (b'{"data": [' + b"[" * 50_000 + b"]" * 50_000 + b"]}", "request body", "nested too deeply"),
+    (b'{"data": [', "request body", "the body is not valid JSON (Expecting value at column 11)"),
+], ids=["no-values", "too-many", "data-object", "body-list", "no-data", "not-utf8", "deep", "cut-short"])
+def test_a_malformed_call_is_told_what_where_and_how(app, body, where, expect) -> None:
+    for route in ("gradio_api/run/fetch_run", "gradio_api/call/fetch_run"):
+        status, text = post_raw(app.url + route, body)
+        answer = json.loads(text)
+        assert status == 400 and answer["title"] == "Invalid request", (route, status, text)
+        assert answer["error"].startswith(f"{where}: ") and expect in answer["error"], answer
+        assert 'Fix: send a JSON object whose data lists' in answer["error"] or "UTF-8" in answer["error"]
+    assert "Traceback" not in app.log.read_text()
+
+
+@pytest.mark.parametrize("size", [1_048_702, 1_090_000, 1_120_002])
+def test_a_call_just_over_a_megabyte_is_answered_at_once(app, size) -> None:
+    """Bodies a little larger than what the guard reads whole once waited for more body that never came."""
+    for route in ("gradio_api/run/run", "gradio_api/run/fetch_run"):
+        padding = size - len(b'{"data": [""]}')
+        status, text = post_raw(app.url + route, b'{"data": ["' + b"x" * padding + b'"]}')
+        assert status == 413 and "larger than 1 MB" in json.loads(text)["error"], (route, status, text[:300])
+
+
+def test_a_link_too_long_to_read_is_refused_with_a_reason(app) -> None:
+    status, headers, _ = (lambda r: (r.status, r.headers, r.read()))(
+        urllib.request.urlopen(app.url + "?run=abc", timeout=30))
+    assert status == 200
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(app.url + "?run=" + "a" * 70_000, timeout=30)
+    text = refused.value.read().decode()
+    assert refused.value.code == 414 and "70,004 characters" in text and "Fix:" in text, text
+    assert "Traceback" not in app.log.read_text()
 
 
 def test_api_errors_name_no_server_path_and_the_log_keeps_it(app, client) -> None:

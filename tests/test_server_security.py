@@ -23,7 +23,7 @@ import pytest
 from explorer.errors import ExplorerError, hide_paths, public_message
 from explorer.ui import server
 from explorer.ui.guard import LoginThrottle
-from tests.browser_support import ROOT, start_app
+from tests.browser_support import CHROMIUM, ROOT, start_app
 
 USER, PASSWORD = "alice", "correct-horse-battery"
 PROXY = "127.0.0.2"  # the one reverse proxy the locked app is told to believe
@@ -117,6 +117,24 @@ def test_without_a_login_no_schema_no_foreign_upload_no_file_outside_the_app(ope
     assert request(url + "gradio_api/info")[0] == 200  # the scripting API stays described for gradio_client
 
 
+def post_upload(url: str, body: bytes, content_type: str) -> tuple[int, bytes]:
+    status, _, answer = request(url + "gradio_api/upload", data=body, headers={"Content-Type": content_type})
+    return status, answer
+
+
+def test_an_upload_is_judged_by_the_name_gradio_stores_and_its_size_is_capped(open_app) -> None:
+    url = open_app.url
+    for spelled in ('filename ="evil.html"', 'filename\t="evil.html"'):
+        status, body = post_upload(url, *multipart((f'name="files"; {spelled}', b"<script>alert(1)</script>")))
+        assert status == 403 and b"evil.html" in body and b".jsonl" in body, (spelled, status, body)
+    status, body = post_upload(url, *multipart(('name="files"; filename="big.jsonl"',
+                                                b'{"question": "Q?", "answer": "x"}\n' * 600_000)))  # 20 MB
+    detail = json.loads(body)["detail"]
+    assert status == 413 and "larger than 10 MB" in detail and "Fix:" in detail, (status, body[:300])
+    status, body = post_upload(url, *multipart(('name="files"; filename="mine.jsonl"', b'{"question": "Q?"}\n')))
+    assert status == 200 and b"mine.jsonl" in body
+
+
 def test_with_a_login_every_route_is_closed_until_signed_in(locked_app) -> None:
     url = locked_app.url
     for route in ("config", "gradio_api/info", "gradio_api/openapi.json", "gradio_api/file=" + str(locked_app.db),
@@ -156,7 +174,7 @@ def built_app(tmp_path_factory):
     folder = tmp_path_factory.mktemp("routes")
     corpus = write_corpus(folder / "private_corpus.jsonl", [])
     return build_app(AppSettings(db=folder / "r.sqlite", model=str(folder / "models" / "my-model"),
-                                 corpus=str(corpus), preload=False))
+                                 corpus=str(corpus), preload=False, embedder=str(folder / "encoders" / "my-encoder")))
 
 
 @pytest.fixture(scope="module")
@@ -175,6 +193,30 @@ def test_status_names_the_model_and_corpus_without_a_server_path(built_app, tmp_
     assert str(tmp_path_factory.getbasetemp()) not in str(status) and "/" not in status["message"]
 
 
+def test_the_page_shows_no_server_path_and_offers_only_the_servers_embedders(built_app, tmp_path_factory) -> None:
+    from explorer.ui.embedders import page_embedder, page_embedders
+
+    folder = str(tmp_path_factory.getbasetemp())
+    boxes = {b.elem_id: b for b in built_app.blocks.values() if getattr(b, "elem_id", None) in ("corpus", "embedder")}
+    assert boxes["corpus"].value == "private_corpus.jsonl" and boxes["embedder"].value == "my-encoder"
+    assert folder not in json.dumps(built_app.config, default=str)  # nowhere in the page
+    started = f"{folder}/encoders/my-encoder"
+    offered = page_embedders(started)
+    assert page_embedder("my-encoder", offered) == started
+    assert page_embedder("embedded", offered) is None and page_embedder("all-MiniLM-L6-v2", offered) is None
+    # Any other text gets one refusal, whatever is on the server's disk: no folder can be probed, and the
+    # language model's own folder is never opened as a sentence encoder.
+    real = tmp_path_factory.mktemp("encoder-like")
+    (real / "config.json").write_text("{}")
+    refusals = set()
+    for text in (str(real), "/no/such/folder", str(ROOT / ".cache"), str(ROOT), "bert-base-uncased"):
+        with pytest.raises(ExplorerError) as refused:
+            page_embedder(text, offered)
+        assert refused.value.where == "Embedder" and "--embedder" in refused.value.fix
+        refusals.add(refused.value.message.replace(text, "TEXT"))
+    assert len(refusals) == 1, refusals
+
+
 def test_with_a_login_no_route_of_the_app_answers_but_the_login_page(locked_app, route_table) -> None:
     """Every route of the table is asked without a session: only the documented login page answers, so a
     route a later Gradio adds is closed by default and this test names it if it is not."""
@@ -188,7 +230,11 @@ def test_with_a_login_no_route_of_the_app_answers_but_the_login_page(locked_app,
         if not refused:
             answered.add((path, method))
     assert answered == PUBLIC_UNDER_LOGIN
-    assert b"auth_required" in send_from(locked_app.url, "127.0.0.4", "GET", "/").body  # the page is the login form
+    login_page = send_from(locked_app.url, "127.0.0.4", "GET", "/").body
+    assert b"auth_required" in login_page  # the page is the login form...
+    for described in (b"fetch_run", b"idempotency_key", b"parameter_name", b"Fork a stored run"):
+        assert described not in login_page, described  # ...and does not describe the API
+    assert b"window.gradio_api_info = null;" in login_page
     # signed in, the closed routes answer
     form = urllib.parse.urlencode({"username": USER, "password": PASSWORD})
     signed = send_from(locked_app.url, "127.0.0.4", "POST", "/login", form,
@@ -199,6 +245,26 @@ def test_with_a_login_no_route_of_the_app_answers_but_the_login_page(locked_app,
         assert send_from(locked_app.url, "127.0.0.4", "GET", path, headers={"Cookie": cookie}).status == 200, path
     assert send_from(locked_app.url, "127.0.0.4", "GET", "/config", headers={"Cookie": "access-token-x=forged"}
                      ).status == 401
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is missing: `make browser`")
+def test_the_login_page_signs_in_without_the_api_description(locked_app) -> None:
+    """In a real browser: the login form works with no API description in the page, and the app opens."""
+    from tests.browser_support import browser_context
+
+    with browser_context() as context:
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(locked_app.url, timeout=120_000)
+        page.wait_for_selector("input[type=password]", timeout=60_000)
+        assert page.evaluate("window.gradio_api_info") is None
+        page.fill("input[type=text]", USER)
+        page.fill("input[type=password]", PASSWORD)
+        page.keyboard.press("Enter")
+        page.wait_for_selector("#question", timeout=120_000)
+        assert not errors, errors
 
 
 def test_wrong_passwords_back_off_and_the_right_one_resets(locked_app) -> None:
@@ -251,7 +317,7 @@ def test_the_throttle_doubles_its_wait_up_to_a_cap() -> None:
 def test_uploads_are_allowed_only_when_a_component_takes_files() -> None:
     import gradio as gr
 
-    from explorer.ui.guard import needs_uploads, refused_filename, upload_suffixes
+    from explorer.ui.guard import needs_uploads, upload_suffixes
 
     with gr.Blocks() as plain:
         gr.Textbox()
@@ -262,8 +328,74 @@ def test_uploads_are_allowed_only_when_a_component_takes_files() -> None:
         gr.UploadButton("Load a question file")
     assert not needs_uploads(plain) and needs_uploads(with_file) and needs_uploads(with_button)
     assert upload_suffixes(with_file) == (".jsonl",) and upload_suffixes(with_button) is None
-    assert refused_filename(b'form-data; name="files"; filename="a.JSONL"\r\n', (".jsonl",)) is None
-    assert refused_filename(b'filename="a.jsonl"\r\n..filename="b.exe"', (".jsonl",)) == "b.exe"
+
+
+def multipart(*parts: tuple[str, bytes], boundary: str = "b0undary") -> tuple[bytes, str]:
+    """A multipart body of (Content-Disposition parameters, content) parts, and its Content-Type."""
+    body = b"".join(f"--{boundary}\r\nContent-Disposition: form-data; {disposition}\r\n"
+                    "Content-Type: application/octet-stream\r\n\r\n".encode() + content + b"\r\n"
+                    for disposition, content in parts)
+    return body + f"--{boundary}--\r\n".encode(), f"multipart/form-data; boundary={boundary}"
+
+
+def refused_by_check(body: bytes, content_type: str, chunk: int = 7) -> str | None:
+    from explorer.ui.uploads import UploadCheck, UploadRefused
+
+    check = UploadCheck(content_type, (".jsonl",), limit=1000)
+    try:
+        for start in range(0, len(body), chunk):  # fed in small pieces: a header split across chunks is still read
+            check.feed(body[start:start + chunk])
+    except UploadRefused as exc:
+        return exc.name or exc.message
+    return None
+
+
+def test_upload_names_are_read_as_the_multipart_parser_reads_them() -> None:
+    ok = 'name="files"; filename="a.JSONL"'
+    assert refused_by_check(*multipart((ok, b"{}"))) is None
+    assert refused_by_check(*multipart((ok, b"{}"), ('name="files"; filename="b.exe"', b"x"))) == "b.exe"
+    for spelled in ('filename ="evil.html"', 'filename\t="evil.html"', "filename=evil.html",
+                    'FILENAME="evil.html"', 'filename="evil.html"; filename*=UTF-8\'\'a.jsonl'):
+        assert refused_by_check(*multipart((f'name="files"; {spelled}', b"<script>"))) == "evil.html", spelled
+    assert "a file without a name" in refused_by_check(*multipart(('name="files"; filename=""', b"x")))
+    assert "larger than" in refused_by_check(*multipart((ok, b"x" * 1001)))
+    unreadable = refused_by_check(b"--b0undary\r\nno headers end", "multipart/form-data; boundary=b0undary")
+    assert "cannot be read" in unreadable
+
+
+def test_a_burst_of_logins_sent_together_gets_no_more_tries_than_one_by_one(locked_app) -> None:
+    """Sixty logins from one address, each on its own connection, released together (the right password among
+    them): the throttle checks and counts each try at once, so only the free tries are judged."""
+    import threading
+
+    from explorer.ui.guard import FREE_ATTEMPTS
+
+    parts = urllib.parse.urlsplit(locked_app.url)
+    passwords = ["wrong"] * 59 + [PASSWORD]
+    connections = [http.client.HTTPConnection(parts.hostname, parts.port, timeout=60, source_address=("127.0.0.6", 0))
+                   for _ in passwords]
+    for conn in connections:
+        conn.connect()
+    start = threading.Barrier(len(connections))
+    statuses: list[int] = []
+
+    def send(conn: http.client.HTTPConnection, password: str) -> None:
+        form = urllib.parse.urlencode({"username": USER, "password": password})
+        start.wait(timeout=30)
+        try:
+            conn.request("POST", "/login", form, {"Content-Type": "application/x-www-form-urlencoded"})
+            statuses.append(conn.getresponse().status)
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=send, args=pair) for pair in zip(connections, passwords, strict=True)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(statuses) == len(passwords)
+    judged = [s for s in statuses if s != 429]
+    assert len(judged) <= FREE_ATTEMPTS and statuses.count(429) >= len(passwords) - FREE_ATTEMPTS, sorted(statuses)
 
 
 def test_a_forged_forwarded_address_does_not_escape_the_throttle(locked_app) -> None:

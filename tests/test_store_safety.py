@@ -210,7 +210,8 @@ def test_report_history_and_fetch_work_on_a_read_only_file_and_folder(tmp_path: 
 
 #: Texts that are harmless in a comma-separated reading but start a formula where a spreadsheet splits
 #: on semicolons or tabs (or starts a row at a line break).
-SPLIT_INJECTIONS = ["0x1;=1", ";@SUM(1)", "a\t=1+1", "x,=1;+2", "note\n-2+3+cmd|' /C calc'!A0", "ok; \uff1d1"]
+SPLIT_INJECTIONS = ["0x1;=1", ";@SUM(1)", "a\t=1+1", "x,=1;+2", "note\n-2+3+cmd|' /C calc'!A0", "ok; \uff1d1",
+                    'x;"=1+13"', "x|=1"]
 
 
 def _formula(cell: str) -> bool:
@@ -230,7 +231,7 @@ def test_formula_cells_are_neutralised(payload: str) -> None:
 def test_a_formula_after_a_separator_is_neutralised_too(payload: str) -> None:
     cell = safe_cell(payload)
     assert cell != payload and cell.replace("'", "") == payload.replace("'", "")
-    assert not any(_formula(piece) for piece in re.split(r"[,;\t\n]", cell)), cell
+    assert not any(_formula(piece.lstrip('"')) for piece in re.split(r"[,;\t|\n]", cell)), cell
 
 
 def test_a_carriage_return_cannot_start_a_row_of_its_own() -> None:
@@ -256,7 +257,7 @@ def test_history_csv_holds_no_formula_in_a_comma_a_semicolon_or_a_tab_reading(tm
         store.rename(trace.run_id, payload)
         store.tag(trace.run_id, payload)
     text = store.export_csv()
-    for delimiter in (",", ";", "\t"):  # as a spreadsheet in another locale, or a paste, splits the same file
+    for delimiter in (",", ";", "\t", "|"):  # as a spreadsheet in another locale, or a paste, splits the same file
         cells = [cell for row in csv.reader(io.StringIO(text), delimiter=delimiter) for cell in row]
         assert len(cells) > len(SPLIT_INJECTIONS)  # one cell or more per row
         assert not [c for c in cells if _formula(c)], delimiter

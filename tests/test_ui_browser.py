@@ -340,7 +340,22 @@ def test_bad_parameters_and_empty_question_give_specific_messages(page):
     click_run(page)
     page.wait_for_function("document.querySelector('#run-status').innerText.includes('not a valid int')")
     set_param(page, "dragin", "top_k", 3)
+    # Settings' Embedder takes only what the server offers: a real folder of the server gets the same refusal
+    # as any other text, and nothing is opened (the box shows the embedder by name, not by path)
+    embedder = page.locator("#embedder textarea, #embedder input").first
+    assert embedder.input_value() == "embedded" and "(set when the app starts" in page.locator("#embedder").inner_text()
+    choose(page, "retriever", "dense")
+    embedder.fill(str(ROOT / "explorer"))
+    click_run(page)
+    page.wait_for_function("document.querySelector('#run-status').innerText.includes("
+                           "'is not an embedder this server offers')")
+    assert str(ROOT) not in status.inner_text() and "--embedder" in status.inner_text()
+    embedder.fill("embedded")
+    choose(page, "retriever", "bm25")
     choose(page, "question-source", "Type your own")
+    page.locator("#question textarea").fill("\u200b\u200d\u2060")  # only zero-width characters
+    click_run(page)
+    page.wait_for_function("document.querySelector('#run-status').innerText.includes('all invisible')")
     page.locator("#question textarea").fill("   ")
     click_run(page)
     page.wait_for_function("document.querySelector('#run-status').innerText.includes('the question is empty')")

@@ -67,6 +67,23 @@ def test_cancel_stops_within_tokens_and_stores_the_partial_run(controller):
     assert not controller.cancel("s2")  # nothing left running for that session
 
 
+def test_a_run_cancelled_while_it_waits_says_so_and_leaves_the_line(controller):
+    """The page's Cancel while its run waits for the model: the line it showed ("number 1 in line") is replaced by
+    what happened, and its place goes to the next caller."""
+    held = controller.gate.enter("session:another-page")  # every place the model has, taken
+    for _ in range(controller.gate.capacity - 1):
+        controller.gate.enter("session:other")
+    stream = controller.stream("Who wrote Hamlet?", [_spec("wo", max_length=8)], gold=None, session="s-wait")
+    first = next(stream)
+    assert "number 1 in line" in first.status and controller.gate.waiting == 1
+    assert controller.cancel("s-wait")
+    rest = list(stream)
+    assert rest and "in line" not in rest[-1].status and "in line" not in rest[-1].html
+    assert "Cancelled while waiting for the model; nothing ran" in rest[-1].status
+    assert controller.gate.waiting == 0 and not rest[-1].run_ids
+    held.release()
+
+
 def test_empty_question_and_bad_values_are_refused_with_the_configs_message(controller):
     with pytest.raises(ExplorerError, match="the question is empty"):
         list(controller.stream("   ", [_spec("wo")], gold=None, session="s3"))
@@ -108,7 +125,8 @@ def test_benchmark_questions_are_offered_only_when_the_data_is_there(monkeypatch
     questions._load.cache_clear()
     monkeypatch.setenv("EXPLORER_DATA", str(tmp_path / "absent"))
     assert questions.sources() == [questions.TYPED, questions.DEMO, questions.CASES]
-    assert "not offered" in questions.data_note() and str(tmp_path / "absent") in questions.data_note()
+    assert "not offered" in questions.data_note() and "EXPLORER_DATA" in questions.data_note()
+    assert str(tmp_path) not in questions.data_note()  # the server's folders are not the visitor's business
     cases = questions.choices(questions.CASES)
     assert len(cases) == 4 and cases[0][0].startswith("[dragin] ")
     picked = questions.find(questions.CASES, cases[0][1])

@@ -113,6 +113,15 @@ def test_links_open_runs_forks_comparisons_and_recorded_cases(tmp_db) -> None:
                          ({"run": "x'><script>"}, "is not a run id"), ({"case": "imaginary"}, "no recorded case")):
         with pytest.raises(ExplorerError, match=message):
             links.open_link(bad, cache, shelf)
+    # the page quotes a bad link's text as it was written: slashes, quotes and markup are not cut as paths
+    for bad in ({"run": "</b>/etc/passwd"}, {"compare": f"{parent.run_id},C:\\x\\y"}, {"case": "Dragin/../x"}):
+        with pytest.raises(ExplorerError) as refused:
+            links.open_link(bad, cache, shelf)
+        text = links.link_problem(refused.value)
+        given = next(iter(bad.values())).split(",")[-1]
+        assert text.startswith("This link opens nothing: ") and f"“{given}”" in text, text
+    assert "“a\\u0000b”" in links.link_problem(pytest.raises(ExplorerError, links.open_link, {"run": "a\0b"}, cache,
+                                                                shelf).value)
 
 
 def test_recorded_runs_are_listed_in_history_under_its_filters() -> None:

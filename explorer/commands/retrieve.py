@@ -47,13 +47,15 @@ def snippet(text: str, width: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from explorer.errors import ConfigError
+    from explorer.errors import ConfigError, check_text, has_visible
     from explorer.retrieval.choice import config_from_args
     from explorer.retrieval.registry import open_retriever
 
-    if not args.query.strip():
-        raise ConfigError("the search text is empty", where="query",
-                          fix='give some words to search for, e.g. retrieve "arena seating capacity"')
+    if not args.query.strip() or not has_visible(args.query):
+        raise ConfigError("the search text is empty" + ("" if not args.query.strip() else " (only invisible "
+                                                        "characters: NUL, zero-width or control characters)"),
+                          where="query", fix='give some words to search for, e.g. retrieve "arena seating capacity"')
+    check_text(args.query, "query")  # bytes that are not UTF-8 arrive as lone surrogates
     if args.k < 1:
         raise ConfigError(f"-k must be at least 1, got {args.k}", where="-k", fix="pass -k 5, for example")
     if args.k > MAX_K:

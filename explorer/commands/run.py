@@ -72,17 +72,15 @@ def check_before_loading(args: argparse.Namespace):
     Returns the opened run store for ``--db`` (None without it): the run is written there from
     its first token on.
     """
-    from explorer.errors import ConfigError, ExplorerError, check_text
+    from explorer.errors import ConfigError, ExplorerError, check_question
     from explorer.methods.base import get_method
 
     variants = get_method(args.method).variants
     if args.variant is not None and args.variant not in variants:
         raise ConfigError(f"method {args.method} has no variant {args.variant!r}", where="--variant",
                           fix=f"choose one of {', '.join(variants)}")
-    if not (args.question or "").strip():
-        raise ExplorerError("the question is empty", where="--question", fix='give the question, e.g. --question "Who '
-                                                                              'wrote Hamlet?"')
-    check_text(args.question, "--question")  # bytes that are not UTF-8 arrive as lone surrogates
+    # bytes that are not UTF-8 arrive as lone surrogates
+    check_question(args.question, "--question", 'give the question, e.g. --question "Who wrote Hamlet?"')
     from explorer.methods.fit import check_before_loading as check_model
 
     check_model([(args.method, args.variant)], args.model, args.attn)  # --attn flash..., a Mamba folder

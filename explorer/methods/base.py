@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from explorer.config import Config
-from explorer.errors import ConfigError, ExplorerError
+from explorer.errors import ConfigError, ExplorerError, check_question
 from explorer.methods.resolve import ResolvedConfig, resolve_config
 from explorer.retrieval.base import Retriever
 from explorer.runtime import Runtime
@@ -157,9 +157,7 @@ def run_question(method: str, question: str, runtime: Runtime, *, variant: str |
     so the fork's events line up with the parent's.
     """
     cls = get_method(method)
-    question = (question or "").strip()
-    if not question:
-        raise ExplorerError("the question is empty", where="question", fix="type a question to answer")
+    question = check_question(question, "question", "type a question to answer")
     fingerprint = runtime.engine.fingerprint()
     if fork_of is None:
         resolved = resolve_config(method, variant, str(fingerprint.get("name", "")), config)

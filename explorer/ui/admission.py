@@ -95,7 +95,7 @@ class Ticket:
         """The waiting line as a caller reads it: place, and how long, if that can be judged yet."""
         position = self.position
         if position == 0:
-            return "running"
+            return "cancelled while waiting for the model" if self.released and self.started is None else "running"
         estimate = self.estimate
         wait = f", about {wait_text(estimate)}" if estimate is not None else ""
         ahead = self.gate.capacity

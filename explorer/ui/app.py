@@ -253,20 +253,21 @@ def launch(demo: gr.Blocks, *, host: str, port: int, auth: tuple[str, str] | Non
     """
     from starlette.middleware import Middleware
 
-    from explorer.ui.call_defaults import api_defaults
+    from explorer.ui.call_defaults import api_defaults, api_names
     from explorer.ui.forwarding import ForwardedTrust
-    from explorer.ui.guard import MAX_UPLOAD, Guard, GuardSettings, needs_uploads, upload_suffixes
+    from explorer.ui.guard import Guard, GuardSettings, needs_uploads, upload_suffixes
+    from explorer.ui.uploads import MAX_UPLOAD_BYTES
 
     allow = needs_uploads(demo) if uploads is None else uploads
     guard = Middleware(Guard, settings=GuardSettings(uploads=allow, login=auth is not None,
                                                      upload_suffixes=upload_suffixes(demo),
                                                      forwarded=ForwardedTrust(tuple(proxies)),
-                                                     api_defaults=api_defaults(demo)))
+                                                     api_defaults=api_defaults(demo), api_names=api_names(demo)))
     os.environ["FORWARDED_ALLOW_IPS"] = ""  # uvicorn believes no forwarding header; the guard decides
     # The model's events wait in the app's own line (explorer.ui.admission), so Gradio's queue holds them all.
     demo.queue(default_concurrency_limit=4, max_size=EVENT_LIMIT + 64).launch(
         max_threads=EVENT_LIMIT + 40,
         server_name=host, server_port=port, auth=auth, show_error=False, quiet=quiet, ssr_mode=False,
         footer_links=["api"], pwa=False, mcp_server=False, css_paths=css_paths(), theme=theme(),
-        allowed_paths=[], run_history=False, max_file_size=MAX_UPLOAD if allow else None,
+        allowed_paths=[], run_history=False, max_file_size=MAX_UPLOAD_BYTES if allow else None,
         app_kwargs={"docs_url": None, "redoc_url": None, "openapi_url": None, "middleware": [guard]})

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from explorer.errors import ExplorerError, check_text, hide_paths, public_message
+from explorer.errors import ExplorerError, check_question, hide_paths, public_message
 from explorer.forks import ForkPlan
 from explorer.journal import RunJournal
 from explorer.methods.base import run_question
@@ -221,10 +221,7 @@ class RunController:
 
     def check_question(self, question: str) -> str:
         """What can be refused before the model is needed: an empty question, a store that cannot take the run."""
-        question = (question or "").strip()
-        if not question:
-            raise ExplorerError("the question is empty", where="question", fix="type a question or pick one")
-        check_text(question, "question")
+        question = check_question(question, "question", "type a question or pick one")
         if self.store.readonly:
             raise ExplorerError("the run database is read-only, so runs cannot be stored; stored runs can still be "
                                 "opened", where="run database",
@@ -278,7 +275,14 @@ class RunController:
                     drain: Iterator[Update], ticket: Ticket) -> Iterator[Update]:
         try:
             yield from self._wait_turn(ticket, cancel)
-            if cancel.is_set():  # a newer run of the same page took over while this one waited
+            if cancel.is_set():
+                ticket.release()  # its place goes to the next caller at once
+                with self._lock:
+                    replaced = self._cancels.get(session) is not cancel
+                if not replaced:  # cancelled by its page (a newer run of the page draws its own view)
+                    line = ticket.describe() + "; nothing ran, nothing was stored."
+                    line = line[:1].upper() + line[1:]
+                    yield Update(render_runs([], message=esc(line)), status_html(line))
                 return
             if not self.runtime.ready:
                 yield Update(render_runs([], message=esc(self.runtime.status())), status_html(self.runtime.status()))

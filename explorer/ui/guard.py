@@ -3,10 +3,12 @@ schemas, and password guessing.
 
 * Uploads (``/gradio_api/upload`` and the other routes that take files) are refused unless the
   app has a component that takes a file: :func:`needs_uploads` decides, and ``launch(uploads=)``
-  can say so explicitly. When uploads are on and every file-taking component names its file
-  types, a file whose name ends otherwise is refused as it streams in (Gradio itself checks the
-  type only when the file is used, after it is already stored). This is the one place that
-  policy lives.
+  can say so explicitly. When uploads are on, a file larger than
+  :data:`~explorer.ui.uploads.MAX_UPLOAD_BYTES` is refused, and when every file-taking component
+  names its file types, so is a file whose name ends otherwise, as it streams in (Gradio itself
+  checks the type only when the file is used, after it is already stored); the body is read with
+  the multipart parser Gradio stores uploads with (:mod:`explorer.ui.uploads`). This is the one
+  place that policy lives.
 * ``/openapi.json``, ``/docs`` and ``/redoc`` list every route of the server: closed. (Gradio's
   own API page for ``gradio_client`` stays, behind the login when there is one.)
 * Gradio answers every error of its synchronous API routes (``/gradio_api/run/NAME``,
@@ -14,7 +16,8 @@ schemas, and password guessing.
   :data:`NOT_FOUND`), and the guard gives those answers the status they mean: 400 and 404; only a
   server fault stays 500.
 * With a login, nothing answers before signing in but the login page itself: the page (``/``,
-  which then holds only the login form), the compiled Gradio frontend and fonts it loads
+  which then holds only the login form: the API description Gradio embeds in it is taken out), the
+  compiled Gradio frontend and fonts it loads
   (``/assets/...``, ``/static/...``, the same files in every Gradio install), the stock theme's
   stylesheet (``/theme.css``) and the form's target (``POST /login``). Every other route, present
   or added by a later Gradio, answers 401 until the browser holds a session (:data:`PUBLIC_ROUTES`,
@@ -23,7 +26,9 @@ schemas, and password guessing.
 * With a login, each client address gets :data:`FREE_ATTEMPTS` wrong passwords; after that it
   must wait before the next try, twice as long after each further failure (1 s, 2 s, 4 s, ...
   up to five minutes), and gets ``429 Too Many Requests`` with ``Retry-After`` meanwhile. A
-  correct password resets the count.
+  correct password resets the count. Each try is counted the moment it is let through, before it
+  is judged (:meth:`LoginThrottle.attempt`), so logins sent together get no more tries than
+  logins sent one after another.
 * The client address is the connection's peer. ``X-Forwarded-For`` (and the other forwarding
   headers) count only when the peer is a proxy the operator named (:class:`ForwardedTrust`,
   ``--forwarded-allow-ips``); from anyone else they are dropped, so a client cannot pick its own
@@ -36,21 +41,24 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from explorer.ui.call_defaults import endpoint_of, padded
+from explorer.ui.call_defaults import MAX_PADDED_BODY, call_problem, endpoint_of, pad, read_body, too_long, with_body
 from explorer.ui.forwarding import ForwardedTrust, apply_forwarding
+from explorer.ui.uploads import FRAMING_BYTES, UploadCheck, UploadRefused, too_large
 
 FREE_ATTEMPTS = 5
 BASE_DELAY = 1.0
 MAX_DELAY = 300.0
-#: The largest file an upload may carry when uploads are on.
-MAX_UPLOAD = "200mb"
+
+#: The longest query string read (a link of the page names a few run ids; httpx, inside Gradio, fails past 64 kB).
+MAX_QUERY = 8192
+#: The most of a refused upload read (and dropped) before its answer; past it the connection is closed.
+DRAIN_LIMIT = 64 * 1024 * 1024
 
 UPLOAD_ROUTES = ("/gradio_api/upload", "/gradio_api/process_recording", "/upload")
 UPLOAD_PREFIXES = ("/gradio_api/stream/",)  # streamed media inputs (webcam, microphone)
@@ -61,6 +69,8 @@ SYNC_API_PREFIXES = ("/gradio_api/run/", "/gradio_api/api/")
 PUBLIC_ROUTES = {"/": ("GET", "HEAD"), "/theme.css": ("GET",)}
 PUBLIC_PREFIXES = ("/assets/", "/static/")
 STARTUP_ROUTE = "/gradio_api/startup-events"
+#: Where Gradio's page template embeds the API description.
+API_INFO_SCRIPT = b"<script>window.gradio_api_info = "
 
 #: Titles of the API's error answers, and the HTTP status each stands for on the synchronous routes.
 BAD_REQUEST, NOT_FOUND, SERVER_ERROR = "Invalid request", "Not found", "Server error"
@@ -97,18 +107,6 @@ def upload_suffixes(blocks: Any) -> tuple[str, ...] | None:
     return tuple(dict.fromkeys(suffixes)) or None
 
 
-_FILENAME = re.compile(rb'filename\*?="?([^";\r\n]*)', re.IGNORECASE)
-
-
-def refused_filename(chunk: bytes, suffixes: tuple[str, ...]) -> str | None:
-    """The first file name in a multipart chunk whose ending is not one of ``suffixes``, if any."""
-    for match in _FILENAME.finditer(chunk):
-        name = match.group(1).decode("utf-8", "replace").strip()
-        if name and not name.lower().endswith(suffixes):
-            return name
-    return None
-
-
 class LoginThrottle:
     """Failed logins per client address, and how long each must wait before the next attempt."""
 
@@ -124,15 +122,30 @@ class LoginThrottle:
             _, until = self._clients.get(client, (0, 0.0))
         return max(0.0, until - self.clock())
 
+    def attempt(self, client: str) -> float:
+        """A login about to be judged: 0 when ``client`` may try now, and then the try is already counted
+        as a failure (a correct password clears it, :meth:`succeeded`); else the seconds to wait. Checking
+        and counting under one lock is what holds against a burst: logins sent together cannot all pass
+        the check before the first of their failures is counted."""
+        now = self.clock()
+        with self._lock:
+            failures, until = self._clients.get(client, (0, 0.0))
+            if until > now:
+                return until - now
+            self._count(client, failures + 1, now)
+        return 0.0
+
     def failed(self, client: str) -> float:
         """Count a wrong password; returns the wait it starts (0 while attempts are free)."""
         now = self.clock()
         with self._lock:
-            failures = self._clients.get(client, (0, 0.0))[0] + 1
-            delay = 0.0 if failures < self.free else min(self.cap, self.base * 2 ** (failures - self.free))
-            self._clients[client] = (failures, now + delay)
-            if len(self._clients) > 10_000:  # forget quiet addresses rather than grow without bound
-                self._clients = {k: v for k, v in self._clients.items() if v[1] > now - 3600}
+            return self._count(client, self._clients.get(client, (0, 0.0))[0] + 1, now)
+
+    def _count(self, client: str, failures: int, now: float) -> float:
+        delay = 0.0 if failures < self.free else min(self.cap, self.base * 2 ** (failures - self.free))
+        self._clients[client] = (failures, now + delay)
+        if len(self._clients) > 10_000:  # forget quiet addresses rather than grow without bound
+            self._clients = {k: v for k, v in self._clients.items() if v[1] > now - 3600}
         return delay
 
     def succeeded(self, client: str) -> None:
@@ -151,6 +164,8 @@ class GuardSettings:
     #: Named endpoints' parameter defaults: a plain HTTP call that leaves optional values out gets them
     #: (:mod:`explorer.ui.call_defaults`).
     api_defaults: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    #: Their parameter names, for the messages that refuse a malformed call.
+    api_names: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def _path(scope: Scope) -> str:
@@ -161,12 +176,39 @@ def _path(scope: Scope) -> str:
     return path.rstrip("/") or "/"
 
 
-async def _refuse(send: Send, status: int, detail: str, headers: list[tuple[bytes, bytes]] | None = None) -> None:
-    body = json.dumps({"detail": detail}).encode()
+async def _refuse(send: Send, status: int, detail: str, headers: list[tuple[bytes, bytes]] | None = None,
+                  text: bool = False) -> None:
+    """Answer ``detail`` as JSON (``{"detail": ...}``), or as plain text for a page a person opened (``text``)."""
+    if not text:
+        await _answer(send, status, {"detail": detail}, headers)
+        return
+    body = detail.encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"text/plain; charset=utf-8"),
+                            (b"content-length", str(len(body)).encode()), *(headers or [])]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _answer(send: Send, status: int, answer: dict[str, Any],
+                  headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    body = json.dumps(answer).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                             *(headers or [])]})
     await send({"type": "http.response.body", "body": body})
+
+
+async def _drain(receive: Receive, limit: int = DRAIN_LIMIT) -> None:
+    """Read and drop the rest of a refused body (up to ``limit`` bytes), so that a client that sends its
+    whole body before it reads the answer gets the answer instead of a broken connection."""
+    read = 0
+    while read <= limit:
+        message = await receive()
+        if message.get("type") != "http.request":
+            return
+        read += len(message.get("body", b""))
+        if not message.get("more_body"):
+            return
 
 
 def error_status(send: Send) -> Send:
@@ -195,6 +237,40 @@ def error_status(send: Send) -> Send:
         await send({"type": "http.response.body", "body": whole})
 
     return relay
+
+
+def login_page(send: Send) -> Send:
+    """``send`` for the page before signing in: Gradio renders the login form with the whole API description
+    (every endpoint, parameter and docstring) in it; the page is held and sent without it (the description is
+    served, behind the login, once signed in)."""
+    held: list[dict[str, Any]] = []
+    body: list[bytes] = []
+
+    async def relay(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            held.append(message)
+            return
+        if message["type"] != "http.response.body":
+            await send(message)
+            return
+        body.append(message.get("body", b""))
+        if message.get("more_body"):
+            return
+        page = without_api_info(b"".join(body))
+        headers = [(k, v) for k, v in held[0].get("headers", []) if k != b"content-length"]
+        await send({**held[0], "headers": [*headers, (b"content-length", str(len(page)).encode())]})
+        await send({"type": "http.response.body", "body": page})
+
+    return relay
+
+
+def without_api_info(page: bytes) -> bytes:
+    """A Gradio page with its embedded API description replaced by null (its frontend then asks the server)."""
+    start = page.find(API_INFO_SCRIPT)
+    if start < 0:
+        return page
+    end = page.find(b";</script>", start)
+    return page if end < 0 else page[:start] + API_INFO_SCRIPT + b"null" + page[end:]
 
 
 def public(path: str, method: str) -> bool:
@@ -246,6 +322,12 @@ class Guard:
                 return
             await self.app(scope, receive, send)
             return
+        if len(scope.get("query_string") or b"") > MAX_QUERY:
+            await _refuse(send, 414, f"address: the query after '?' is {len(scope['query_string']):,} characters, "
+                                     f"more than the {MAX_QUERY:,} this app reads Fix: a link names at most a few "
+                                     "run ids (?run=ID, ?compare=ID1,ID2); copy it again from the page",
+                          text=path == "/")
+            return
         if path in SCHEMA_ROUTES:
             await _refuse(send, 404, "not found")
             return
@@ -259,39 +341,67 @@ class Guard:
         if self.settings.login and not public(path, method) and not _starting(scope, path) and not signed_in(scope):
             await _refuse(send, 401, "sign in first: this server requires a login (open its page to sign in)")
             return
-        if (method == "POST" and self.settings.uploads and self.settings.upload_suffixes
-                and (path in UPLOAD_ROUTES or path.startswith(UPLOAD_PREFIXES))):
+        if self.settings.login and path == "/" and method == "GET" and not signed_in(scope):
+            headers = [(k, v) for k, v in scope.get("headers") or [] if k != b"accept-encoding"]  # a body to edit
+            await self.app({**scope, "headers": headers}, receive, login_page(send))
+            return
+        if method == "POST" and self.settings.uploads and (path in UPLOAD_ROUTES or path.startswith(UPLOAD_PREFIXES)):
             await self._upload(scope, receive, send, self.settings.upload_suffixes)
             return
         endpoint = endpoint_of(path) if method == "POST" else None
         if endpoint in self.settings.api_defaults:
-            scope, receive = await padded(scope, receive, self.settings.api_defaults[endpoint])
+            defaults = self.settings.api_defaults[endpoint]
+            body, whole, receive = await read_body(receive)
+            problem = call_problem(body, endpoint, self.settings.api_names.get(endpoint, ()), defaults) if whole \
+                else too_long(endpoint) if len(body) > MAX_PADDED_BODY else None
+            if problem is not None and not whole:
+                await _drain(receive)
+                await _answer(send, 413, {"title": BAD_REQUEST, "error": problem.message})
+                return
+            if problem is not None:
+                await _answer(send, 400, {"title": BAD_REQUEST, "error": problem.message})
+                return
+            scope, receive = with_body(scope, receive, pad(body, defaults) if whole else None)
         if method == "POST" and path.startswith(SYNC_API_PREFIXES):
             await self.app(scope, receive, error_status(send))
             return
         await self.app(scope, receive, send)
 
-    async def _upload(self, scope: Scope, receive: Receive, send: Send, suffixes: tuple[str, ...]) -> None:
-        """Pass the upload through while watching its part headers; at the first file name with
-        another ending, tell the app the client left (so it stops reading and drops the partial
-        file) and answer 403 ourselves. The last bytes of each chunk are kept so a header split
-        across two chunks is still seen."""
-        refused: list[str] = []
-        tail = b""
+    async def _upload(self, scope: Scope, receive: Receive, send: Send, suffixes: tuple[str, ...] | None) -> None:
+        """Pass the upload through while reading its parts (:class:`~explorer.ui.uploads.UploadCheck`); at
+        the first file it refuses (another ending, too large, unreadable), tell the app the client left (so
+        it stops reading and drops the partial file) and answer with the reason ourselves."""
+        refused: list[UploadRefused] = []
         started = False
+        headers = dict(scope.get("headers") or [])
+        try:
+            check = UploadCheck(headers.get(b"content-type", b""), suffixes)
+            length = int(headers.get(b"content-length", b"0") or 0)
+        except UploadRefused as exc:
+            await _refuse(send, exc.status, exc.message)
+            return
+        except ValueError:
+            length = 0
+        if length > check.limit + FRAMING_BYTES:  # refused before a byte of it is stored
+            problem = too_large(check.limit)
+            await _drain(receive)
+            await _refuse(send, problem.status, problem.message)
+            return
+
+        ended = False  # the whole body has been received
 
         async def watched() -> dict[str, Any]:
-            nonlocal tail
+            nonlocal ended
             if refused:
                 return {"type": "http.disconnect"}
             message = await receive()
+            ended = message.get("type") != "http.request" or not message.get("more_body")
             if message.get("type") == "http.request":
-                body = message.get("body", b"")
-                name = refused_filename(tail + body, suffixes)
-                if name is not None:
-                    refused.append(name)
+                try:
+                    check.feed(message.get("body", b""))
+                except UploadRefused as exc:
+                    refused.append(exc)
                     return {"type": "http.disconnect"}
-                tail = body[-512:]
             return message
 
         async def held(message: dict[str, Any]) -> None:
@@ -308,12 +418,13 @@ class Guard:
             if not refused:
                 raise
         if refused and not started:
-            await _refuse(send, 403, f"'{refused[0][:120]}' is not a file this app takes; it accepts "
-                                     + ", ".join(suffixes))
+            if not ended:
+                await _drain(receive)
+            await _refuse(send, refused[0].status, refused[0].message)
 
     async def _login(self, scope: Scope, receive: Receive, send: Send) -> None:
         client = (scope.get("client") or ("unknown", 0))[0]
-        wait = self.throttle.wait(client)
+        wait = self.throttle.attempt(client)
         if wait > 0:
             seconds = math.ceil(wait)
             await _refuse(send, 429, f"too many failed logins from this address; try again in {seconds} s",
@@ -329,5 +440,3 @@ class Guard:
         await self.app(scope, receive, watch)
         if status and status[0] < 300:
             self.throttle.succeeded(client)
-        elif status and status[0] in (400, 401, 403):
-            self.throttle.failed(client)

@@ -8,6 +8,10 @@ call can be repeated: a key is bound to the run it made in the run database (tab
 ``run_requests``) the moment the run starts, so a retried call, even after a restart of the app,
 returns that run, waits for it while it is still going in this process, and never starts a
 second one. A key reused for a different request is refused.
+
+A key belongs to the caller that sent it (:func:`~explorer.ui.admission.client_of`: the login, else
+the client's session): another caller's same key is another key, so one caller can neither be
+handed another's run nor learn, from a refusal, which keys others have used.
 """
 
 from __future__ import annotations
@@ -48,6 +52,11 @@ def check_key(key: Any) -> str:
         raise ExplorerError(f"the idempotency key is {len(key)} characters or holds unprintable ones", where=
                             "idempotency_key", fix=f"use printable text of at most {MAX_KEY} characters, e.g. a UUID")
     return key
+
+
+def scoped_key(client: str, key: str) -> str:
+    """``key`` as the caller ``client`` owns it (a key holds no line break, so the last one splits them)."""
+    return f"{client}\n{key}" if key else ""
 
 
 @dataclass
@@ -100,6 +109,7 @@ class ApiRuns:
         question = self.controller.check_question(question)
         request = request_text(question, spec)
         store = self.controller.store
+        key = scoped_key(client, key)
         with self._lock:
             if key:
                 found = self._existing(key, request)

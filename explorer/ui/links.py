@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from explorer.errors import ExplorerError
+from explorer.errors import ExplorerError, public_message
 from explorer.ui import gallery
 from explorer.ui.history import TraceCache
 from explorer.ui.viewblock import Shown
@@ -33,21 +33,39 @@ class Opened:
     status: str
 
 
+class LinkError(ExplorerError):
+    """A link that names nothing known. Its message holds the link's own text and fixed words, never a server
+    path, so it is shown as it is (:func:`link_problem`), not cut down to path-free text."""
+
+
+def quoted(text: str, limit: int = 80) -> str:
+    """The link's text as the visitor wrote it, in quotes: printable characters as they are (slashes, quotes,
+    backslashes and markup included), others as ``\\uXXXX``, cut after ``limit`` characters."""
+    shown = "".join(ch if ch.isprintable() else f"\\u{ord(ch):04x}" for ch in text[:limit])
+    return f"“{shown}”" + (f" (first {limit} of {len(text)} characters)" if len(text) > limit else "")
+
+
+def link_problem(exc: ExplorerError) -> str:
+    """What the page says of a link that opens nothing."""
+    return "This link opens nothing: " + (exc.message if isinstance(exc, LinkError) else public_message(exc))
+
+
 def _run_id(text: str, where: str) -> str:
     text = (text or "").strip()
     if not _ID.match(text):
-        raise ExplorerError(f"{text[:80]!r} is not a run id", where=where,
-                            fix="copy the link from the page again (a run id is letters, digits and dashes)")
+        raise LinkError(f"{quoted(text)} is not a run id", where=where,
+                        fix="copy the link from the page again (a run id is letters, digits and dashes)")
     return text
 
 
 def case_item(shelf: gallery.Gallery, name: str) -> gallery.Item:
     """A recorded case by its key (``dragin-flare``) or its case alone (``seakr``: that paper's own method)."""
-    name = (name or "").strip().lower()
+    given = (name or "").strip()
+    name = given.lower()
     item = shelf.item(name) or shelf.item(f"{name}-{name}") or next((i for i in shelf.items if i.case == name), None)
     if item is None:
         known = ", ".join(i.key for i in shelf.items) or "none (the recorded runs are missing)"
-        raise ExplorerError(f"no recorded case study {name!r}", where="case", fix=f"use one of {known}")
+        raise LinkError(f"no recorded case study {quoted(given)}", where="case", fix=f"use one of {known}")
     return item
 
 
@@ -86,7 +104,7 @@ def open_link(params: Mapping[str, Any], cache: TraceCache, shelf: gallery.Galle
     if compare:
         ids = [_run_id(part, "compare") for part in compare.split(",") if part.strip()]
         if len(ids) < 2 or len(ids) > MAX_COMPARE:
-            raise ExplorerError(f"a comparison link names {len(ids)} run(s)", where="compare",
+            raise LinkError(f"a comparison link names {len(ids)} run(s)", where="compare",
                                 fix=f"give 2 to {MAX_COMPARE} run ids separated by commas: ?compare=ID1,ID2")
         for run_id in ids:
             cache.get(run_id)

@@ -11,6 +11,7 @@ source of its own, named after the file.
 
 from __future__ import annotations
 
+import logging
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,8 @@ from typing import Any
 from explorer.eval.datasets import DATASETS, Question, default_path, load_dataset, resolve_source
 from explorer.options import using
 from explorer.paths import data_dirs
+
+log = logging.getLogger("explorer.ui")
 
 TYPED = "Type your own"
 DEMO = "Demo questions"
@@ -78,8 +81,9 @@ def load_file(path: str | Path, fmt: str | None = None, *, name: str | None = No
 def data_note() -> str:
     if benchmark_names():
         return ""
-    return (f"Benchmark questions are not offered: none found in {' or '.join(str(d) for d in data_dirs())} "
-            "(fetch them with `python -m explorer data fetch hotpotqa musique`, or set EXPLORER_DATA to the folder "
+    log.info("no benchmark data in %s", " or ".join(str(d) for d in data_dirs()))  # server folders: its log only
+    return ("Benchmark questions are not offered: this server has no benchmark data (whoever runs it fetches "
+            "them with `python -m explorer data fetch hotpotqa musique`, or sets EXPLORER_DATA to the folder "
             "holding hotpotqa/, musique/, ...).")
 
 

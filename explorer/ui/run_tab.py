@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import gradio as gr
@@ -19,9 +19,9 @@ from explorer.errors import ExplorerError, public_message
 from explorer.eval.question_files import question_file_types
 from explorer.eval.question_formats import QUESTION_FORMATS
 from explorer.retrieval.choice import KINDS, RetrieverConfig, retriever_config
-from explorer.ui import controls, forkblock, form, gallery, gallery_block, links, questions, viewblock
+from explorer.ui import controls, embedders, forkblock, form, gallery, gallery_block, links, questions, viewblock
 from explorer.ui.admission import EVENT_LIMIT
-from explorer.ui.controller import RunController, status_html
+from explorer.ui.controller import RunController, given_name, status_html
 from explorer.ui.history import Exports, TraceCache
 from explorer.ui.html import esc
 from explorer.ui.render import render_runs
@@ -117,14 +117,15 @@ def build_sources(opening: questions.Question | None, opening_key: str | None) -
 
 
 def build_retriever_row(corpus: str, start: RetrieverConfig, embedder: str) -> tuple[Any, Any]:
-    """The retriever beside the corpus (in Settings)."""
+    """The retriever beside the corpus (in Settings); both named as visitors may see them, never by a server path."""
+    offered = " or ".join(embedders.page_embedders(embedder))
     with gr.Row(elem_id="retrieval-row"):
-        gr.Textbox(corpus, label="Corpus", interactive=False, elem_id="corpus", scale=2,
+        gr.Textbox(given_name(corpus), label="Corpus", interactive=False, elem_id="corpus", scale=2,
                    info="set when the app starts (--corpus)")
         retriever = gr.Dropdown(list(KINDS), value=start.kind, label="Retriever", elem_id="retriever", scale=1,
                                 info="bm25, dense (sentence embeddings) or hybrid (both, fused)")
-        embedder_box = gr.Textbox(embedder or "embedded", label="Embedder", elem_id="embedder", scale=2,
-                                  info="dense/hybrid: a sentence-transformers folder, or 'embedded'")
+        embedder_box = gr.Textbox(embedders.shown_embedder(embedder), label="Embedder", elem_id="embedder", scale=2,
+                                  info=f"dense/hybrid: {offered} (set when the app starts, --embedder)")
     return retriever, embedder_box
 
 
@@ -186,7 +187,7 @@ def wire_questions(qc: QuestionControls) -> None:
         try:
             key = questions.load_file(path, fmt, loaded=mine)
         except ExplorerError as exc:
-            return gr.update(), gr.update(value=note_html(exc.message), visible=True), loaded
+            return gr.update(), gr.update(value=note_html(public_message(exc)), visible=True), loaded
         return gr.update(choices=questions.sources(mine), value=key), gr.update(value="", visible=False), mine
 
     qc.source.change(on_source, [qc.source, qc.loaded_files], [qc.picked, qc.data_note, qc.gold], queue=False,
@@ -213,6 +214,8 @@ class RunTab:
     link: Any = None
     #: (handler, inputs, outputs) that open the page's link (?run=, ?compare=, ?case=) when it loads.
     on_load: Any = None
+    #: The embedders the page offers, by the name it shows (:mod:`explorer.ui.embedders`).
+    embedders: dict[str, str] = field(default_factory=lambda: embedders.page_embedders(None))
 
 
 def run_handler(tab: RunTab, controller: RunController, cache: TraceCache) -> Callable[..., Iterator[tuple]]:
@@ -245,7 +248,8 @@ def run_handler(tab: RunTab, controller: RunController, cache: TraceCache) -> Ca
                 status = "; ".join(f"{r.method} not run: {r.message}" for r in refused)
                 yield html, status_html(status, error=True), *skip
                 return
-            choice = retriever_config(data[rc.retriever] or "bm25", (data[rc.embedder] or "").strip() or None)
+            choice = retriever_config(data[rc.retriever] or "bm25",
+                                      embedders.page_embedder(data[rc.embedder], tab.embedders))
             updates = controller.stream(text, specs, gold=gold_info, session=request.session_hash or "anonymous",
                                         signal=data[view.signal], retriever=choice.kind, embedder=choice.embedder,
                                         refused=refused)
@@ -295,7 +299,7 @@ def wire_recorded(tab: RunTab, shelf: gallery.Gallery, cache: TraceCache, on_run
         try:
             opened = links.open_link(params, cache, shelf)
         except ExplorerError as exc:
-            return [*nothing[:7], status_html(f"This link opens nothing: {public_message(exc)}", error=True),
+            return [*nothing[:7], status_html(links.link_problem(exc), error=True),
                     *nothing[8:]]
         if opened is None:
             return nothing
@@ -417,6 +421,7 @@ def build(settings: Any, controller: RunController, cache: TraceCache, shelf: ga
                        elem_id="run-link-request", visible="hidden")
     qc = QuestionControls(source, loaded, data_note, picked, question_file, question_format, question, gold)
     rc = RunControls(retriever, embedder, chosen, run_btn, cancel_btn, status)
-    tab = RunTab(qc, rc, ms, shelf_block, view, methods, model, link=link)
+    tab = RunTab(qc, rc, ms, shelf_block, view, methods, model, link=link,
+                 embedders=embedders.page_embedders(settings.embedder))
     wire(tab, controller, cache, shelf)
     return tab
