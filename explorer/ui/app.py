@@ -267,7 +267,8 @@ def launch(demo: gr.Blocks, *, host: str, port: int, auth: tuple[str, str] | Non
 
     The :mod:`~explorer.ui.guard` middleware sits in front: no API schema routes, uploads only
     when a component takes files (``uploads=None`` decides from the layout), a backoff on
-    repeated wrong passwords, and forwarding headers believed only from ``proxies``.
+    repeated wrong passwords, and forwarding headers believed only from ``proxies``. The lessons'
+    routes (:mod:`~explorer.ui.lesson`) are served beside Gradio's, behind the same guard.
     """
     from starlette.middleware import Middleware
 
