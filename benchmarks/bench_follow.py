@@ -1,7 +1,7 @@
 """A class following the projector: how long each of N follower pages takes to show the presenter's step.
 
 Run: ``.venv/bin/python -m benchmarks.bench_follow [--followers 30] [--steps 4] [--auth]
-[--out benchmarks/results/follow.md]``.
+[--streams M] [--out benchmarks/results/follow.md]``.
 
 The app is started as users start it (``python app.py``, the tiny random-weight model: no run is
 made, the presenter steps through the DRAGIN case study's recorded run; ``--auth`` puts it behind one
@@ -23,6 +23,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -46,12 +47,27 @@ KEYS = """() => { window.__keys = [];
   document.addEventListener('keydown', () => window.__keys.push(Date.now()), true); }"""
 
 
+def stream_follower(url: str, cookie: str, seen: list[tuple[int, float]]) -> None:
+    """A follower without a page: the lesson's event stream read over HTTP, each position's arrival timed."""
+    import json
+
+    import httpx
+
+    try:
+        with httpx.stream("GET", url, headers={"Cookie": cookie}, timeout=None) as response:
+            for line in response.iter_lines():
+                if line.startswith("data: "):
+                    seen.append((int(json.loads(line[6:]).get("step", -1)), time.time()))
+    except httpx.HTTPError:  # the app stopped at the end of the measurement
+        return
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def measure(followers: int, steps: int, auth: bool) -> tuple[dict, str]:
+def measure(followers: int, steps: int, auth: bool, streams: int = 0) -> tuple[dict, str]:
     loads = [os.getloadavg()[0]]
     # loaded at start (a page's model-status line polls until the model is ready)
     extra = ("--model", "random:tiny") + (("--auth", f"{USER}:{PASSWORD}") if auth else ())
@@ -97,8 +113,16 @@ def measure(followers: int, steps: int, auth: bool) -> tuple[dict, str]:
                     print(f"follower {len(joins)} shows the step after {joins[-1]:.1f} s", file=sys.stderr, flush=True)
                     page.evaluate(WATCH)
                     loads.append(os.getloadavg()[0])
+                cookie = "; ".join(f"{c['name']}={c['value']}" for c in presenter.context.cookies())
+                streamed: list[list[tuple[int, float]]] = [[] for _ in range(streams)]
+                for seen in streamed:
+                    threading.Thread(target=stream_follower, args=(f"{app.url}lesson/{code}/events", cookie, seen),
+                                     daemon=True).start()
+                while sum(1 for seen in streamed if seen) < streams:
+                    time.sleep(0.1)
                 presenter.evaluate(KEYS)
                 latencies: list[float] = []
+                stream_latencies: list[float] = []
                 worst_per_step: list[float] = []
                 index = 0
                 for n in range(steps):
@@ -115,6 +139,12 @@ def measure(followers: int, steps: int, auth: bool) -> tuple[dict, str]:
                         step.append((shown - pressed) / 1000)
                         page.evaluate("() => { window.__shown = []; }")
                     latencies += step
+                    for seen in streamed:
+                        deadline = time.monotonic() + 30
+                        while not any(i == index for i, _ in seen) and time.monotonic() < deadline:
+                            time.sleep(0.01)
+                        stream_latencies.append(min(t for i, t in seen if i == index) - pressed / 1000)
+                        seen.clear()
                     print(f"step {n + 1}: slowest follower {max(step):.3f} s", file=sys.stderr, flush=True)
                     worst_per_step.append(max(step))
                     loads.append(os.getloadavg()[0])
@@ -126,7 +156,9 @@ def measure(followers: int, steps: int, auth: bool) -> tuple[dict, str]:
                "join_median": statistics.median(joins), "join_max": max(joins),
                "median": statistics.median(latencies), "p90": pct(latencies, 0.9), "max": max(latencies),
                "under_1s": sum(1 for v in latencies if v < 1.0), "count": len(latencies),
-               "worst_per_step": worst_per_step}
+               "worst_per_step": worst_per_step, "streams": streams,
+               "stream_median": statistics.median(stream_latencies) if stream_latencies else None,
+               "stream_max": max(stream_latencies) if stream_latencies else None}
     load = f"load average {min(loads):.1f} to {max(loads):.1f}"
     return figures, load
 
@@ -140,17 +172,22 @@ def table(f: dict, load: str) -> str:
             f"{f['p90']:.3f} s | {f['max']:.3f} s | {f['under_1s']} of {f['count']} | {f['join_median']:.1f} s | "
             f"{f['join_max']:.1f} s |\n\n"
             f"{f['steps']} steps; the slowest follower per step: {steps} s. The presenter's panel said "
-            f"\"{f['following']}\". {machine()}; {load}.\n")
+            f"\"{f['following']}\"."
+            + (f" Besides the pages, {f['streams']} followers reading the event stream over HTTP (no page) got each "
+               f"step {f['stream_median']:.3f} s after the key press (median; slowest {f['stream_max']:.3f} s)."
+               if f["streams"] else "") + f" {machine()}; {load}.\n")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--followers", type=int, default=30)
     parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--streams", type=int, default=0,
+                        help="followers that read the event stream over HTTP, without a page, besides the pages")
     parser.add_argument("--auth", action="store_true", help="every page signs in with one shared login")
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
-    figures, load = measure(args.followers, args.steps, args.auth)
+    figures, load = measure(args.followers, args.steps, args.auth, args.streams)
     text = table(figures, load)
     print(text)
     write_result(text, args.out)
