@@ -4,7 +4,8 @@ One app (the tiny random-weight model, so runs take seconds; the recorded case s
 traces) serves both tests. Every student's browser is its own client: six sessions behind the one
 login (three pages, three scripts) all get their run although each client may hold only one place.
 A presenter steps through a recorded case; a follower on a 390x844 phone and one on a laptop show
-the same decision after each key press over the lesson's event stream, a follower steps on their
+the same decision after each key press over the lesson's event stream (and open the runs the presenter
+opens next), a follower steps on their
 own and rejoins, and with "Ask the class first" both answer the question, the presenter sees the
 tally, then reveals.
 """
@@ -191,3 +192,15 @@ def test_followers_track_the_presenter_rejoin_and_answer_before_the_reveal(app, 
     presenter.keyboard.press("ArrowRight")  # then moves on
     assert _index(presenter) == str(int(at) + 1)
     _follows(phone, presenter)
+
+    # the presenter opens another recorded case: followers' pages open the same runs and follow on
+    before = runs
+    presenter.evaluate("() => window.DRE.senders['run:link']({nonce: Date.now(), case: 'seakr'})")
+    presenter.wait_for_function("(b) => { const r = [...document.querySelectorAll('#run-view .dre-run[data-run]')]"
+                                ".map(x => x.dataset.run); return r.length && r.join() !== b.join(); }", arg=before,
+                                timeout=30_000)
+    runs = presenter.eval_on_selector_all("#run-view .dre-run[data-run]", "rs => rs.map(r => r.dataset.run)")
+    for follower in (phone, laptop):
+        follower.wait_for_function("(w) => [...document.querySelectorAll('#run-view .dre-run[data-run]')]"
+                                   ".map(x => x.dataset.run).join() === w.join()", arg=runs, timeout=30_000)
+        _follows(follower, presenter)
