@@ -4,10 +4,9 @@ One app (the tiny random-weight model, so runs take seconds; the recorded case s
 traces) serves both tests. Every student's browser is its own client: six sessions behind the one
 login (three pages, three scripts) all get their run although each client may hold only one place.
 A presenter steps through a recorded case; a follower on a 390x844 phone and one on a laptop show
-the same decision after each key press over the lesson's event stream (and open the runs the presenter
-opens next), a follower steps on their
-own and rejoins, and with "Ask the class first" both answer the question, the presenter sees the
-tally, then reveals.
+the same decision after each key press over the lesson's event stream (and open the runs the
+presenter opens next), a follower steps on their own and rejoins, and with "Ask the class first"
+both answer the question, the presenter sees the tally, then reveals.
 """
 
 from __future__ import annotations
