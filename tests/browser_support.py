@@ -114,7 +114,30 @@ def browser_context(**kwargs: Any) -> Iterator[Any]:
             context.close()
 
 
+@contextmanager
+def chromium_browser() -> Iterator[Any]:
+    """One headless Debian chromium for many contexts (each its own cookies: a student's own browser)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
 # -- page helpers ------------------------------------------------------------------------------------
+def sign_in(page: Any, url: str, user: str, password: str, timeout: float = 120_000) -> None:
+    """Open ``url`` on an app with a login, sign in on its login form, and wait for the app's controls."""
+    page.goto(url, timeout=timeout)
+    page.wait_for_selector("input[type=password]", timeout=timeout)
+    page.locator("input[type=text]").first.fill(user)
+    page.locator("input[type=password]").fill(password)
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#question", timeout=timeout)
+
+
 def open_app(page: Any, url: str, timeout: float = 120_000) -> None:
     """Load the app's page and wait for its controls. The page opens with a recorded run drawn in it,
     so on a busy 2-core machine the first paint can take well over Playwright's default 30 s."""

@@ -17,7 +17,7 @@ import pytest
 
 from explorer.errors import ExplorerError
 from explorer.store import RunStore
-from explorer.ui.admission import RunGate
+from explorer.ui.admission import RunGate, client_of
 
 SHORT = '{"max_length": 8, "fewshot": 0, "answer_tokens": 4}'
 #: sr with one passage: the prompt passes of 30 runs are most of the test's time on a CPU.
@@ -42,6 +42,23 @@ def test_the_gate_runs_a_few_at_once_lines_up_the_rest_and_caps_each_client() ->
     gate.enter("v")
     with pytest.raises(ExplorerError, match="already waiting for the model"):
         gate.enter("u")
+
+
+def test_a_client_is_its_session_never_the_shared_login() -> None:
+    """A class behind one login: each student's page is its own client, so each gets its own places."""
+    from types import SimpleNamespace
+
+    a = SimpleNamespace(username="teacher", session_hash="aaa", client=SimpleNamespace(host="10.0.0.5"))
+    b = SimpleNamespace(username="teacher", session_hash="bbb", client=SimpleNamespace(host="10.0.0.5"))
+    plain = SimpleNamespace(username="teacher", session_hash=None, client=SimpleNamespace(host="10.0.0.9"))
+    assert client_of(a) != client_of(b) and "teacher" not in client_of(a)
+    assert client_of(plain) == "address:10.0.0.9"  # a plain HTTP call without a session: its address
+    gate = RunGate(1, per_client=1, max_waiting=4)
+    tickets = [gate.enter(client_of(SimpleNamespace(username="teacher", session_hash=f"s{i}", client=None)))
+               for i in range(5)]
+    assert [t.position for t in tickets] == [0, 1, 2, 3, 4]
+    with pytest.raises(ExplorerError, match="EXPLORER_MAX_WAITING"):  # the line still bounds the server
+        gate.enter("session:s5")
 
 
 @pytest.fixture(scope="module")

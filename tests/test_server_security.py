@@ -183,7 +183,12 @@ def route_table(built_app) -> list[tuple[str, str]]:
     import gradio as gr
     from fastapi.routing import iter_route_contexts
 
-    app = gr.routes.App.create_app(built_app, app_kwargs={"docs_url": None, "redoc_url": None, "openapi_url": None})
+    from explorer.ui.lesson import routes
+
+    app = gr.routes.App.create_app(built_app, app_kwargs={"docs_url": None, "redoc_url": None, "openapi_url": None,
+                                                          "routes": routes(built_app.explorer_lessons)})
+    assert ("/lesson/{code}/events", "GET") in {(r.path, m) for r in app.routes for m in (getattr(r, "methods", None)
+                                                                                         or ())}
     return sorted({(r.path, m) for r in iter_route_contexts(app.routes) for m in (r.methods or ())})
 
 

@@ -4,9 +4,10 @@ The model decodes concurrent runs as one batch (:mod:`explorer.engine.batching`)
 ``capacity`` runs go at once and keeps every further caller in a first-come line instead of
 refusing or timing it out. A waiting caller is told its place and an estimate (the mean length of
 recent runs times the waves of ``capacity`` runs ahead of it), and is let in the moment a run
-ends. One client (a login, or without one a browser tab or script session) may hold at most
-``per_client`` places, running or waiting, so one script cannot fill the line; the line itself
-holds at most ``max_waiting`` callers. Both refusals say what to do.
+ends. One client (a browser tab or script session, never the login: a class shares one login)
+may hold at most ``per_client`` places, running or waiting, so one script cannot fill the line;
+the line itself holds at most ``max_waiting`` callers, however many sessions there are, which
+bounds the whole server. Both refusals say what to do.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from explorer.errors import ExplorerError
 DEFAULT_CAPACITY = 4
 #: Places (running or waiting) one client may hold, unless EXPLORER_RUNS_PER_CLIENT says otherwise.
 DEFAULT_PER_CLIENT = 4
-#: Callers that may wait in line at once.
+#: Callers that may wait in line at once, unless EXPLORER_MAX_WAITING says otherwise.
 DEFAULT_MAX_WAITING = 256
 #: How many recent run lengths the estimate averages.
 HISTORY = 20
@@ -33,12 +34,17 @@ EVENT_LIMIT = 320
 
 
 def client_of(request: Any) -> str:
-    """Who a call comes from, for the per-client cap: the login, else the browser tab or script session."""
-    user = getattr(request, "username", None) if request is not None else None
-    if user:
-        return f"user:{user}"
+    """Who a call comes from, for the per-client cap and the line: the browser tab or script session.
+
+    Never the login: a teacher's one ``--auth`` login is shared by a whole class, and each student's
+    page (each ``gradio_client.Client``) has its own session. A plain HTTP call without a session is
+    counted by its address."""
     session = getattr(request, "session_hash", None) if request is not None else None
-    return f"session:{session or 'anonymous'}"
+    if session:
+        return f"session:{session}"
+    client = getattr(request, "client", None) if request is not None else None
+    host = getattr(client, "host", None)
+    return f"address:{host}" if host else "session:anonymous"
 
 
 def _env_count(name: str, default: int) -> int:
@@ -60,6 +66,10 @@ def default_capacity() -> int:
 
 def default_per_client() -> int:
     return _env_count("EXPLORER_RUNS_PER_CLIENT", DEFAULT_PER_CLIENT)
+
+
+def default_max_waiting() -> int:
+    return _env_count("EXPLORER_MAX_WAITING", DEFAULT_MAX_WAITING)
 
 
 class Ticket:
@@ -113,10 +123,10 @@ class RunGate:
     """At most ``capacity`` admitted tickets; the rest wait first come, first served."""
 
     def __init__(self, capacity: int | None = None, *, per_client: int | None = None,
-                 max_waiting: int = DEFAULT_MAX_WAITING) -> None:
+                 max_waiting: int | None = None) -> None:
         self.capacity = capacity or default_capacity()
         self.per_client = per_client or default_per_client()
-        self.max_waiting = max_waiting
+        self.max_waiting = max_waiting or default_max_waiting()
         self._lock = threading.Lock()
         self._running: list[Ticket] = []
         self._waiting: deque[Ticket] = deque()
@@ -132,8 +142,9 @@ class RunGate:
                                     fix="wait for one of them to finish (each call returns when its run is stored), "
                                         "then send the next; the limit is EXPLORER_RUNS_PER_CLIENT on the server")
             if len(self._waiting) >= self.max_waiting:
-                raise ExplorerError(f"{len(self._waiting)} runs are already waiting for the model", where="run",
-                                    fix="try again in a few minutes")
+                raise ExplorerError(f"{len(self._waiting)} runs are already waiting for the model, the most this "
+                                    "server lets wait", where="run",
+                                    fix="try again in a few minutes; the limit is EXPLORER_MAX_WAITING on the server")
             ticket = Ticket(self, client)
             self._waiting.append(ticket)
             self._promote()

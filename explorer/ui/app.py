@@ -30,6 +30,7 @@ from explorer.ui.admission import EVENT_LIMIT, RunGate  # noqa: E402
 from explorer.ui.controller import RunController, RuntimeHolder, given_name  # noqa: E402
 from explorer.ui.evaluations import build_evaluations_tab  # noqa: E402
 from explorer.ui.history import Exports, TraceCache  # noqa: E402
+from explorer.ui.lesson import Lessons  # noqa: E402
 from explorer.ui.report import EXPLORER_JS, PLOTLY_JS  # noqa: E402
 
 log = logging.getLogger("explorer.ui")
@@ -52,7 +53,9 @@ class AppSettings:
     concurrent_runs: int = 0
 
 
-PAGE_CSS = [ASSETS_DIR / "explorer.css", ASSETS_DIR / "page.css"]
+PAGE_CSS = [ASSETS_DIR / "explorer.css", ASSETS_DIR / "page.css", ASSETS_DIR / "lesson.css"]
+#: Following a presenter, and the presenter's side of it (:mod:`explorer.ui.lesson`).
+LESSON_JS = ASSETS_DIR / "lesson.js"
 
 
 def head_html() -> str:
@@ -62,9 +65,10 @@ def head_html() -> str:
     stylesheet is also linked here, unscoped, for what sits on the page's body (the fork menu,
     presenting mode's step bar); inside the container the scoped copy wins. page.css holds the
     rules that match the body itself (presenting mode is a class of the body)."""
-    gr.set_static_paths([PLOTLY_JS, EXPLORER_JS, *PAGE_CSS])
+    gr.set_static_paths([PLOTLY_JS, EXPLORER_JS, LESSON_JS, *PAGE_CSS])
     return (f'<script src="gradio_api/file={PLOTLY_JS}"></script>'
             f'<script src="gradio_api/file={EXPLORER_JS}"></script>'
+            f'<script src="gradio_api/file={LESSON_JS}"></script>'
             + "".join(f'<link rel="stylesheet" href="gradio_api/file={css}">' for css in PAGE_CSS))
 
 
@@ -240,7 +244,21 @@ def build_app(settings: AppSettings) -> gr.Blocks:
         _model_status_poll(holder, model_status)
         handler, inputs, outputs = tab.on_load  # ?run=ID, ?compare=A,B, ?case=NAME open directly
         demo.load(handler, inputs, outputs, queue=False, api_visibility="private", show_progress="hidden")
+    # The lessons' routes are added to the web server by launch() (they are not Gradio events).
+    demo.explorer_lessons = Lessons(known=_known_run(cache))  # type: ignore[attr-defined]
     return demo
+
+
+def _known_run(cache: TraceCache) -> Any:
+    """Whether a run id names a run the page can open (stored, or recorded in the shipped gallery)."""
+    def known(run_id: str) -> bool:
+        try:
+            cache.get(run_id)
+            return True
+        except ExplorerError:
+            return False
+
+    return known
 
 
 def launch(demo: gr.Blocks, *, host: str, port: int, auth: tuple[str, str] | None = None,
@@ -249,16 +267,19 @@ def launch(demo: gr.Blocks, *, host: str, port: int, auth: tuple[str, str] | Non
 
     The :mod:`~explorer.ui.guard` middleware sits in front: no API schema routes, uploads only
     when a component takes files (``uploads=None`` decides from the layout), a backoff on
-    repeated wrong passwords, and forwarding headers believed only from ``proxies``.
+    repeated wrong passwords, and forwarding headers believed only from ``proxies``. The lessons'
+    routes (:mod:`~explorer.ui.lesson`) are served beside Gradio's, behind the same guard.
     """
     from starlette.middleware import Middleware
 
     from explorer.ui.call_defaults import api_defaults, api_names
     from explorer.ui.forwarding import ForwardedTrust
     from explorer.ui.guard import Guard, GuardSettings, needs_uploads, upload_suffixes
+    from explorer.ui.lesson import routes as lesson_routes
     from explorer.ui.uploads import MAX_UPLOAD_BYTES
 
     allow = needs_uploads(demo) if uploads is None else uploads
+    lessons = getattr(demo, "explorer_lessons", None)
     guard = Middleware(Guard, settings=GuardSettings(uploads=allow, login=auth is not None,
                                                      upload_suffixes=upload_suffixes(demo),
                                                      forwarded=ForwardedTrust(tuple(proxies)),
@@ -270,4 +291,5 @@ def launch(demo: gr.Blocks, *, host: str, port: int, auth: tuple[str, str] | Non
         server_name=host, server_port=port, auth=auth, show_error=False, quiet=quiet, ssr_mode=False,
         footer_links=["api"], pwa=False, mcp_server=False, css_paths=css_paths(), theme=theme(),
         allowed_paths=[], run_history=False, max_file_size=MAX_UPLOAD_BYTES if allow else None,
-        app_kwargs={"docs_url": None, "redoc_url": None, "openapi_url": None, "middleware": [guard]})
+        app_kwargs={"docs_url": None, "redoc_url": None, "openapi_url": None, "middleware": [guard],
+                    "routes": lesson_routes(lessons) if lessons is not None else []})

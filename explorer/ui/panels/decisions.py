@@ -17,6 +17,7 @@ from explorer import naming
 from explorer.eval.metrics import exact_match
 from explorer.trace import Event
 from explorer.ui.html import esc, fmt, section, short
+from explorer.ui.panels.predict import Question, check_question, retrieval_question
 from explorer.ui.view import TraceView, ViewOptions
 
 
@@ -28,6 +29,8 @@ class Decision:
     why: str
     target: str
     kind: str
+    #: The decision asked before it is shown, in presenting mode (:mod:`~explorer.ui.panels.predict`).
+    question: Question | None = None
 
 
 def _value(unit: dict[str, Any]) -> float | None:
@@ -86,7 +89,7 @@ def _check(view: TraceView, e: Event, cuts: dict[int, Event]) -> Decision:
         if cut is not None:
             why += (f" The text from {naming.token(p.get('span'), cut.payload.get('token_index'))} on was cut "
                     "away (✂) and written again with the passages.")
-        return Decision(title, why, _token_target(p, fired), kind)
+        return Decision(title, why, _token_target(p, fired), kind, check_question(p))
     values = [(v, u) for u in units if u.get("eligible", True) and (v := _value(u)) is not None]
     if kind == "suppressed":
         method = override.get("method_fired")
@@ -102,7 +105,7 @@ def _check(view: TraceView, e: Event, cuts: dict[int, Event]) -> Decision:
         closest = f"no {unit_name} could fire"
     return Decision(f"No retrieval ({where})",
                     f"No {unit_name} had {signal} {compare} θ = {fmt(theta)} ({closest}), so the text was kept. "
-                    f"{words[:1].upper()}{words[1:]}.", _token_target(p, None), kind)
+                    f"{words[:1].upper()}{words[1:]}.", _token_target(p, None), kind, check_question(p))
 
 
 def _retrieval(view: TraceView, e: Event) -> Decision:
@@ -120,7 +123,8 @@ def _retrieval(view: TraceView, e: Event) -> Decision:
         if gold:
             why += f" {found} of the {len(gold)} gold passage(s) among them."
     return Decision(f"{naming.event('retrieval', e.id).capitalize()} ({naming.step(e.step)})", why,
-                    f"#{view.anchor(e.id)}", "retrieval")
+                    f"#{view.anchor(e.id)}", "retrieval",
+                    retrieval_question(query, len(hits), found, len(gold), bool(p.get("suppressed"))))
 
 
 def _answer(view: TraceView) -> Decision | None:
@@ -149,11 +153,20 @@ def decisions(view: TraceView) -> list[Decision]:
     return out
 
 
+def _asked(d: Decision) -> str:
+    """The attributes presenting mode asks the decision by (none when it is not asked)."""
+    q = d.question
+    if q is None:
+        return ""
+    return (f' data-ask="{esc(q.text)}" data-choices="{esc(",".join(q.choices))}"'
+            f' data-answer="{esc(q.answer)}"')
+
+
 def render(view: TraceView, opts: ViewOptions) -> str:
     found = decisions(view)
     if not found or opts.live:
         return ""
-    items = "".join(f'<li class="dre-decision" data-kind="{esc(d.kind)}" data-target="{esc(d.target)}">'
+    items = "".join(f'<li class="dre-decision" data-kind="{esc(d.kind)}" data-target="{esc(d.target)}"{_asked(d)}>'
                     f'<b>{esc(d.title)}</b>. <span class="dre-why-text">{esc(d.why)}</span></li>' for d in found)
     body = (f'<details class="dre-decisions-box"><summary>'
             f"{len(found)} decision(s), in the order they were made</summary>"
