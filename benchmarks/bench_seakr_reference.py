@@ -12,7 +12,8 @@ tests do not use.
     .venv/bin/python -m benchmarks.bench_seakr_reference [--questions 5] [--deltas=-6,4.8] [--k 8]
 
 Every (question, δ) pair is appended to a JSON-lines log (``--log``) when done; a second run with
-the same log skips what is there, so the measurement can be taken a pair at a time.
+the same log skips what is there, so the measurement can be taken a pair at a time; ``--report``
+only writes the table from the log.
 """
 
 from __future__ import annotations
@@ -92,6 +93,7 @@ def main() -> None:
     ap.add_argument("--step-tokens", type=int, default=32)
     ap.add_argument("--fewshot", type=int, default=2)
     ap.add_argument("--max-pairs", type=int, default=0, help="stop after this many new pairs (0 = all)")
+    ap.add_argument("--report", action="store_true", help="only write the table from the log")
     ap.add_argument("--log", default=str(ROOT / "benchmarks/results/seakr_reference.jsonl"))
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/seakr_reference.md"))
     args = ap.parse_args()
@@ -100,9 +102,9 @@ def main() -> None:
     log = Path(args.log)
     done = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     seen = {(r["question"], r["delta"]) for r in done}
-    runtime = open_runtime(corpus="demo")
+    runtime = None if args.report else open_runtime(corpus="demo")
     new = 0
-    for delta in (float(d) for d in args.deltas.split(",")):
+    for delta in ([] if args.report else (float(d) for d in args.deltas.split(","))):
         for question in demo_questions(args.questions):
             if (question, delta) in seen or (args.max_pairs and new >= args.max_pairs):
                 continue
