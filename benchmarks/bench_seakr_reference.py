@@ -94,7 +94,7 @@ def main() -> None:
     ap.add_argument("--fewshot", type=int, default=2)
     ap.add_argument("--max-pairs", type=int, default=0, help="stop after this many new pairs (0 = all)")
     ap.add_argument("--report", action="store_true", help="only write the table from the log")
-    ap.add_argument("--log", default=str(ROOT / "benchmarks/results/seakr_reference.jsonl"))
+    ap.add_argument("--log", default=str(ROOT / "benchmarks/out/seakr_reference.jsonl"))
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/seakr_reference.md"))
     args = ap.parse_args()
     config = {"k": args.k, "step_tokens": args.step_tokens, "fewshot": args.fewshot, "max_length": 48,

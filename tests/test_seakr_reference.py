@@ -150,7 +150,8 @@ def embedded_runtime(embedded_lm, demo_retriever) -> Runtime:
 def test_embedded_model_runs_decide_as_the_authors(embedded_runtime: Runtime) -> None:
     decisions = []
     for question, delta in ((QUESTIONS[1], -6.0), (QUESTIONS[0], 4.8)):
-        decisions += run_both(embedded_runtime, question, {**FAST, "delta": delta, "max_steps": 3})
+        decisions += run_both(embedded_runtime, question, {**FAST, "delta": delta, "max_steps": 2, "fewshot": 1,
+                                                           "step_tokens": 12, "max_length": 16, "answer_tokens": 6})
     assert {"retrieve", "query", "kept", "final"} <= {k for k, _ in decisions}
 
 
