@@ -61,6 +61,7 @@ def compare(runtime, question: str, config: dict) -> dict:
     except oracle.Diverged as exc:
         theirs, diverged = reasoner.decisions, str(exc)[:400]
     return {"question": question, "delta": config["delta"], "status": trace.status, "calls": len(calls),
+            "step_u": [e.payload["units"][0]["value"] for e in trace.of_kind("check")],
             "ours": ours, "theirs": theirs, "agreement": oracle.agreement(ours, theirs), "diverged": diverged,
             "seconds": round(time.perf_counter() - started, 1)}
 
@@ -70,8 +71,8 @@ def table(rows: list[dict], config: dict) -> str:
            f"CPU: {cpu_name()}; config: {json.dumps(config)}\n",
            "| δ | questions | " + " | ".join(KINDS) + " | all | oracle replayed every call | s / pair |",
            "|---:|---:|" + "---|" * (len(KINDS) + 3)]
-    for delta in sorted({r["delta"] for r in rows}):
-        sel = [r for r in rows if r["delta"] == delta]
+    groups = [(d, [r for r in rows if r["delta"] == d]) for d in sorted({r["delta"] for r in rows})]
+    for delta, sel in [*groups, ("all", rows)] if rows else []:
         cells, agree, total = [], 0, 0
         for kind in KINDS:
             a = sum(r["agreement"].get(kind, [0, 0])[0] for r in sel)
