@@ -95,6 +95,34 @@ def test_stop_strings_mask_cut_tokens_and_eos_ends_rows(lm, engine: Engine) -> N
     _check_against_full_pass(lm, engine, cut, spec)
 
 
+def test_the_authors_end_state_takes_the_place_of_the_last_sampled_token(lm, engine: Engine) -> None:
+    """``replace_last``: EOS is fed where the last sampled token was; a stop string's earlier tokens stay fed."""
+    spec = HiddenSpec(layer=1, site="mlp")
+    free = sample(engine, PROMPT, k=6, max_new_tokens=16, sampling=Sampling(seed=3), hidden=spec)
+    pieces = engine.token_texts(free.samples[0].ids)
+    stop = pieces[5] + pieces[6][:2]
+    kept = sample(engine, PROMPT, k=6, max_new_tokens=16, sampling=Sampling(seed=3), stop_strings=[stop],
+                  hidden=spec)
+    cut = sample(engine, PROMPT, k=6, max_new_tokens=16, sampling=Sampling(seed=3), stop_strings=[stop],
+                 hidden=spec, end_state="replace_last")
+    assert [s.text for s in cut.samples] == [s.text for s in kept.samples]
+    end, generated = engine.tokenizer.eos_token_id, {s.row: s for s in free.samples}
+    for s in cut.samples:
+        ids = generated[s.row].ids  # the same seed samples the same tokens until a stop rule ends the row
+        if s.stopped_by == "eos":
+            fed = ids
+        else:
+            n = next((i for i in range(1, len(ids) + 1) if text_end(engine.decode(ids[:i]), [stop])), len(ids))
+            fed = ids[:n - 1]
+        _logits, _states, site = _full(lm, cut.prompt_ids + fed + [end], spec)
+        assert torch.allclose(s.hidden, site[-1], atol=1e-4), f"row {s.row} ({s.stopped_by})"
+    row0 = {s.row: s for s in cut.samples}[0]
+    assert row0.stopped_by == "stop_string"
+    assert not torch.allclose(row0.hidden, {s.row: s for s in kept.samples}[0].hidden, atol=1e-4)
+    with pytest.raises(ConfigError):
+        sample(engine, PROMPT, k=2, max_new_tokens=4, end_state="last")
+
+
 @pytest.mark.parametrize("text,stops,sentence,expected", [
     (" Philip Saville was born in 1930. He", (), True, (33, "sentence_end")),
     (" It opened in 1958.\n", (), True, (19, "sentence_end")),

@@ -19,7 +19,10 @@ string made us cut after they had been fed are masked out of that row's attentio
 gets the position id right after the last kept token, so the state equals that of one forward
 pass over ``prompt + sample + EOS`` (tests check this against ``output_hidden_states``). One
 deviation from the patch: a sample cut by the token limit keeps all its tokens and EOS follows
-them (the patch overwrote the last token with EOS).
+them (the patch overwrote the last token with EOS). ``end_state="replace_last"`` follows the patch
+itself instead (SEAKR's reference variant): a row stopped by a stop string or the token limit
+feeds EOS in place of its LAST sampled token and keeps every earlier one, a stop string's first
+tokens included; a row that sampled EOS is the same under both rules.
 
 Sampling draws from the RAW next-token distribution warped by temperature, top-k and top-p
 (:func:`explorer.engine.signals.warp`, applied to the top-k candidates only, which is the same
@@ -54,6 +57,9 @@ from explorer.engine.signals import warp
 from explorer.engine.token_signals import plan
 from explorer.errors import ConfigError, ExplorerError, ModelError
 from explorer.trace import TokenSignal, TraceRecorder, phase
+
+#: Where a sample's end state is read: after its kept tokens, or in place of its last sampled token.
+END_STATES = ("kept", "replace_last")
 
 
 @dataclass
@@ -149,13 +155,15 @@ def row_seed(seed: int, row: int) -> int:
 def sample(engine: Engine, prompt: PromptLike, *, k: int, max_new_tokens: int, sampling: Sampling | None = None,
            stop_strings: Sequence[str] = (), sentence_end: bool = False, hidden: HiddenSpec | None = None,
            greedy: bool = False, rec: TraceRecorder | None = None, purpose: str = "samples",
-           meta: dict[str, Any] | None = None) -> SampleBatch:
+           meta: dict[str, Any] | None = None, end_state: str = "kept") -> SampleBatch:
     """Sample ``k`` continuations of ``prompt`` in one batched loop (plus a greedy row if ``greedy``).
 
     Each row stops at an end-of-sequence token, at the first ``stop_strings`` match (the match
     and what follows are dropped), at the end of its first sentence when ``sentence_end`` (the
     punctuation is kept), or after ``max_new_tokens``. With ``hidden`` every sample gets the end
-    state of that layer and site. With ``rec`` the call counts as ONE LLM call, ``k`` sampled
+    state of that layer and site (``end_state``: ``kept`` reads it after the kept tokens,
+    ``replace_last`` where the last sampled token was, as the SEAKR authors' patch does; see the
+    module docstring). With ``rec`` the call counts as ONE LLM call, ``k`` sampled
     sequences and its forward passes, and the greedy row (if any) is written as a ``generation``
     event.
     """
@@ -163,13 +171,15 @@ def sample(engine: Engine, prompt: PromptLike, *, k: int, max_new_tokens: int, s
         raise ConfigError(f"k must be at least 1, got {k}", where="k", fix="sample at least one continuation")
     if max_new_tokens < 1:
         raise ConfigError(f"max_new_tokens must be at least 1, got {max_new_tokens}", where="max_new_tokens")
+    if end_state not in END_STATES:
+        raise ConfigError(f"end_state {end_state!r} is unknown", where="end_state", fix=f"use one of {END_STATES}")
     sampling = sampling or Sampling()
     text, prompt_ids, segments = engine.encode_prompt(prompt)
     if not prompt_ids:
         raise ExplorerError("the prompt is empty", where="prompt", fix="give the model some text to continue")
     engine.check_fits(len(prompt_ids), max_new_tokens + 2)
     loop = _Loop(engine, prompt_ids, k, max_new_tokens, sampling, tuple(s for s in stop_strings if s),
-                 sentence_end, hidden, greedy, rec, purpose)
+                 sentence_end, hidden, greedy, rec, purpose, end_state)
     with phase(rec, "sampling") as timer:
         batcher = engine.batcher
         if batcher is None or not batcher.sample(loop):
@@ -186,8 +196,9 @@ def sample(engine: Engine, prompt: PromptLike, *, k: int, max_new_tokens: int, s
 class _Loop:
     def __init__(self, engine: Engine, prompt_ids: list[int], k: int, max_new: int, sampling: Sampling,
                  stop_strings: tuple[str, ...], sentence_end: bool, hidden: HiddenSpec | None, greedy: bool,
-                 rec: TraceRecorder | None, purpose: str) -> None:
+                 rec: TraceRecorder | None, purpose: str, end_state: str = "kept") -> None:
         self.engine, self.prompt_ids, self.k, self.max_new = engine, prompt_ids, k, max_new
+        self.end_state = end_state
         self.sampling, self.stop_strings, self.sentence_end = sampling, stop_strings, sentence_end
         self.hidden, self.rec, self.purpose = hidden, rec, purpose
         self.end_token = _end_token(engine)
@@ -353,6 +364,8 @@ class _Loop:
         p = len(self.prompt_ids)
         r.stopped_by, r.kept = reason, kept
         r.text = r.detok.text if text is None else text
+        if self.end_state == "replace_last" and reason != "eos":
+            kept = len(r.ids) - 1  # the end state: EOS takes the last sampled token's place
         fed_kept = min(r.fed, kept)
         if r.fed > kept and self.recurrent:  # a recurrent state cannot forget them: the end state is recomputed
             r.done, r.alone = True, bool(r.text.strip()) and self.hidden is not None and not r.greedy

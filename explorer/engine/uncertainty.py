@@ -107,12 +107,18 @@ def lowest_gram(k: int, alpha: float, trace: float) -> float:
     return (math.log(trace + alpha) + (k - 1) * math.log(alpha)) / k
 
 
-def gram(samples: Sequence[Sample], alpha: float = DEFAULT_ALPHA) -> Estimate:
-    """SEAKR's U over the samples that have an end state; None (with a reason) below two of them."""
+def gram(samples: Sequence[Sample], alpha: float = DEFAULT_ALPHA, min_samples: int = 2) -> Estimate:
+    """SEAKR's U over the samples that have an end state; None (with a reason) below ``min_samples`` of them.
+
+    Two states are the fewest whose spread means anything; the SEAKR authors' code also scores a
+    single one (``min_samples=1``: U is then log(α) plus a term that vanishes with α), which their
+    reference variant reproduces.
+    """
     states = [s.hidden for s in samples if s.hidden is not None]
     details: dict[str, Any] = {"valid": len(states), "alpha": alpha}
-    if len(states) < 2:
-        details["note"] = (f"only {len(states)} non-empty sample(s) with an end state; U needs at least two, "
+    if len(states) < max(1, min_samples):
+        need = "at least two" if min_samples >= 2 else "one"
+        details["note"] = (f"only {len(states)} non-empty sample(s) with an end state; U needs {need}, "
                            "so this context has no Gram score")
         details["eigenvalues"] = []
         return Estimate("gram", None, details)
@@ -181,13 +187,15 @@ def measure(engine: Engine, prompt: PromptLike, *, k: int, max_new_tokens: int, 
             hidden: HiddenSpec, alpha: float = DEFAULT_ALPHA, primary: str = "gram",
             estimators: Sequence[str] = ESTIMATORS, stop_strings: Sequence[str] = (), sentence_end: bool = False,
             rec: TraceRecorder | None = None, purpose: str = "pseudo", context: str = "step",
-            meta: dict[str, Any] | None = None) -> Measurement:
+            meta: dict[str, Any] | None = None, end_state: str = "kept", gram_min_samples: int = 2) -> Measurement:
     """Sample k continuations of ``prompt`` (plus the greedy one) and compute the estimators on them.
 
     ``primary`` is the estimator whose value decides; the others are computed beside it
     (``estimators`` lists which; the primary one is always included). With ``rec`` every
     estimate becomes an ``uncertainty`` event carrying ``context`` and ``meta``, and the greedy
-    continuation a ``generation`` event with ``purpose``.
+    continuation a ``generation`` event with ``purpose``. ``end_state`` and ``gram_min_samples``
+    choose the SEAKR authors' rules for where a sample's state is read and how few states make a
+    Gram score (:func:`explorer.engine.sampling.sample`, :func:`gram`).
     """
     for name in (primary, *estimators):
         if name not in ESTIMATORS:
@@ -200,12 +208,12 @@ def measure(engine: Engine, prompt: PromptLike, *, k: int, max_new_tokens: int, 
             return served
     batch = sample(engine, prompt, k=k, max_new_tokens=max_new_tokens, sampling=sampling, stop_strings=stop_strings,
                    sentence_end=sentence_end, hidden=hidden, greedy=True, rec=rec, purpose=purpose,
-                   meta={"context": context, **(meta or {})})
+                   meta={"context": context, **(meta or {})}, end_state=end_state)
     greedy_logprobs = [t.logprob for t in batch.greedy.tokens] if batch.greedy is not None else []
     estimates: dict[str, Estimate] = {}
     for name in wanted:
         if name == "gram":
-            est = gram(batch.samples, alpha)
+            est = gram(batch.samples, alpha, gram_min_samples)
         elif name == "perplexity":
             est = perplexity(greedy_logprobs)
         elif name == "multi_perplexity":

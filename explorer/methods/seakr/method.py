@@ -16,9 +16,10 @@ as the numbered context block ("Answer in the same format as before."). Variants
 
 * ``paper``: a step's context holds the question and rationales only; a candidate passage is the
   one piece of knowledge evidence in its re-ranking context (section 3).
-* ``reference`` (the authors' code): every context also carries all passages kept so far, and a
-  retrieval that brings no new passage (or repeats an earlier query) ends the reasoning, where the
-  paper variant goes on with the pseudo-rationale.
+* ``reference`` (the authors' code, :mod:`explorer.methods.seakr.reference_loop`): the authors'
+  prompt template, stop strings, end-state rule, query, re-ranking and answer choice; every
+  context also carries all passages kept so far, and a retrieval that brings no new passage (or
+  repeats an earlier query) ends the reasoning. docs/reference-departures.md lists each rule.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from explorer.methods.base import Method, register
 from explorer.methods.seakr.answer import conclude
 from explorer.methods.seakr.contexts import context, measure_context
 from explorer.methods.seakr.query import build_query
+from explorer.methods.seakr.reference_loop import run as run_reference
 from explorer.retrieval.base import Hit
 from explorer.trace import TraceRecorder
 
@@ -59,7 +61,8 @@ class SeakrConfig(common.BaseConfig):
     self_check: bool = param(False, help="also ask the model whether it knows enough (the prompting estimator; "
                                          "one more forward pass per context)")
     layer: int | None = param(None, lo=-1024, hi=1024, help="hidden-state layer; empty = the middle layer L // 2 "
-                                                            "(the reference: 15 of 32)")
+                                                            "(the reference variant: L // 2 - 1, the authors' "
+                                                            "index 15 of 32)")
     site: str = param("mlp", choices=SITES, help="mlp = the layer's MLP output before the residual add (the "
                                                  "reference's choice); residual = the layer's output")
     candidates: int = param(3, lo=1, hi=20, help="N: passages retrieved and re-ranked by U per retrieval (paper: 3)")
@@ -75,25 +78,24 @@ class SeakrConfig(common.BaseConfig):
 class Seakr(Method, name="seakr", config=SeakrConfig, variants=("paper", "reference"),
             title="SEAKR (self-aware retrieval from hidden-state consistency)"):
     def run(self, question: str, rec: TraceRecorder) -> None:
+        if self.variant == "reference":
+            run_reference(self, question, rec)
+            return
         cfg = self.config
         shots = common.shots(cfg, question)
         rationales: list[str] = []
         knowledge: list[Hit] = []
-        searched: set[str] = set()
         for step in range(cfg.max_steps):
             rec.step = step
-            m = self.uncertainty(rec, context(question, shots, rationales, self.evidence(knowledge)),
+            m = self.uncertainty(rec, context(question, shots, rationales, []),
                                  purpose="pseudo", context="step", max_new_tokens=cfg.step_tokens, stops=STEP_STOPS,
                                  sentence_end=True)
             gen = m.greedy
             if self._check(rec, m):
-                found = self._retrieve(rec, question, shots, rationales, knowledge, m, searched)
+                found = self._retrieve(rec, question, shots, rationales, knowledge, m)
                 if found is not None:
                     knowledge.append(found[0])
                     gen = found[1]
-                elif self.variant == "reference":
-                    rec.add("note", message="no new passage for this step; the reference ends the reasoning here")
-                    break
             rationale = gen.text.strip()
             if not rationale or rationale in rationales:
                 rec.add("note", message="the next step is empty or repeats an earlier one; reasoning stops here")
@@ -102,10 +104,6 @@ class Seakr(Method, name="seakr", config=SeakrConfig, variants=("paper", "refere
             if prompts.has_answer(rationale) or len(knowledge) >= cfg.max_docs:
                 break
         conclude(self.engine, cfg, rec, question, shots, rationales, knowledge)
-
-    def evidence(self, knowledge: list[Hit]) -> list[Hit]:
-        """Passages every step context carries: none in the paper's template, all kept ones in the reference."""
-        return list(knowledge) if self.variant == "reference" else []
 
     def uncertainty(self, rec: TraceRecorder, segments: prompts.Segments, **kwargs: Any) -> Measurement:
         """U(c) of one context with this run's configured sampler, layer and estimators."""
@@ -128,13 +126,9 @@ class Seakr(Method, name="seakr", config=SeakrConfig, variants=("paper", "refere
         return fired
 
     def _retrieve(self, rec: TraceRecorder, question: str, shots: str, rationales: list[str], knowledge: list[Hit],
-                  m: Measurement, searched: set[str]) -> tuple[Hit, Generation] | None:
+                  m: Measurement) -> tuple[Hit, Generation] | None:
         cfg = self.config
         query = build_query(m.greedy, question, rationales[-1] if rationales else "", cfg.query_threshold)
-        if self.variant == "reference" and query.text in searched:
-            rec.add("note", message=f"the query {query.text!r} was searched before")
-            return None
-        searched.add(query.text)
         hits, retrieval = common.search(rec, self.retriever, query.text, cfg.candidates, source="pseudo-rationale",
                                         pseudo=m.greedy.text, **query.details())
         held = {h.passage.id for h in knowledge}
@@ -145,7 +139,7 @@ class Seakr(Method, name="seakr", config=SeakrConfig, variants=("paper", "refere
             return None
         tried: list[tuple[Hit, Measurement]] = []
         for hit in fresh:
-            segments = context(question, shots, rationales, [*self.evidence(knowledge), hit])
+            segments = context(question, shots, rationales, [hit])
             tried.append((hit, self.uncertainty(rec, segments, purpose="rerank", context="rerank",
                                                 max_new_tokens=cfg.step_tokens, stops=STEP_STOPS, sentence_end=True,
                                                 meta={"passage": hit.passage.id, "retrieval": retrieval})))
