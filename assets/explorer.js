@@ -243,7 +243,23 @@
       target.classList.add("dre-current");
       if (!quiet) target.scrollIntoView({ block: "center" });
     }
+    showBar(target, item.getAttribute("data-bar"));
   };
+
+  /* A step about a chart's bar (data-bar: its point number) shows that bar's own hover label; the label of
+   * the step before goes. The numbers are the chart's, drawn from the trace. */
+  function showBar(chart, point) {
+    if (presenting.bar && window.Plotly) {
+      try { window.Plotly.Fx.unhover(presenting.bar); } catch (err) { /* a chart redrawn meanwhile */ }
+    }
+    presenting.bar = null;
+    if (!chart || point === null || !window.Plotly || chart.getAttribute("data-done") !== "1") return;
+    try {
+      window.Plotly.Fx.hover(chart, [{ curveNumber: 0, pointNumber: parseInt(point, 10) }]);
+      presenting.bar = chart;
+      chart.setAttribute("data-shown-bar", point);
+    } catch (err) { /* no such bar: the chart stays highlighted as a whole */ }
+  }
 
   DRE.present = function (on) {
     document.body.classList.toggle("dre-presenting", !!on);
