@@ -111,6 +111,7 @@
     if (!message) return false;
     send(Object.assign({ nonce: Date.now() }, message));
     try { window.history.replaceState(null, "", link.getAttribute("href")); } catch (err) { /* a file page */ }
+    markLinked();
     document.querySelectorAll(".dre-cases a[aria-current]").forEach(function (a) { a.removeAttribute("aria-current"); });
     if (link.closest(".dre-cases")) link.setAttribute("aria-current", "true");
     return true;
@@ -289,9 +290,23 @@
     });
   }
 
+  /* A page opened at a run's address (?run=, ?case=, ?compare=) is about that run: on a phone it comes
+   * before the form (page.css moves the form below it for body.dre-linked). */
+  function markLinked() {
+    var linked = false;
+    try {
+      var q = new URLSearchParams(window.location.search);
+      linked = !!(q.get("run") || q.get("case") || q.get("compare"));
+    } catch (err) { linked = false; }
+    if (linked && document.body) document.body.classList.add("dre-linked");
+  }
+  if (document.body) markLinked();
+  else document.addEventListener("DOMContentLoaded", markLinked);
+
   function startFromAddress() {
     if (DRE.addressRead) return;
     DRE.addressRead = true;
+    markLinked();
     var wanted = false;
     try { wanted = new URLSearchParams(window.location.search).get("present") === "1"; } catch (err) { wanted = false; }
     if (wanted || document.body.getAttribute("data-present") === "1") DRE.present(true);
@@ -564,9 +579,11 @@
     close.addEventListener("click", function () { DRE.closeForkMenu(true); });
     node.appendChild(close);
     var r = target.anchor.getBoundingClientRect();
-    node.style.left = Math.max(4, Math.min(r.left + window.scrollX, window.scrollX + document.documentElement.clientWidth - 380)) + "px";
     node.style.top = (r.bottom + window.scrollY + 4) + "px";
     document.body.appendChild(node);
+    // inside the viewport on any screen: its own width, measured once it is on the page
+    var room = document.documentElement.clientWidth - node.offsetWidth - 4;
+    node.style.left = (window.scrollX + Math.max(4, Math.min(r.left, room))) + "px";
     menu = { node: node, anchor: target.anchor };
     node.addEventListener("keydown", function (e) {
       if (e.key === "Escape") { e.preventDefault(); DRE.closeForkMenu(true); return; }

@@ -145,10 +145,17 @@ def test_a_scripted_lesson_from_a_case_link_to_a_fork_and_its_comparison_link(pa
     assert bar.inner_text().startswith(f"Decision 1 of {len(steps)}: {steps[0].title}")
     assert page.locator(".dre-current").inner_text().strip() == fired.payload["token"].strip()
     assert _in_first_screen(page, ".dre-current")
-    page.keyboard.press("ArrowRight")
-    assert bar.inner_text().startswith(f"Decision 2 of {len(steps)}: {steps[1].title}")
+    page.keyboard.press("ArrowRight")  # the bar that fired, in the decision chart, with its values shown
+    assert steps[1].kind == "bar" and bar.inner_text().startswith(f"Decision 2 of {len(steps)}: {steps[1].title}")
+    assert page.locator(".dre-current").get_attribute("data-shown-bar") == str(steps[1].bar)
+    assert _in_first_screen(page, ".dre-current") and page.locator("#run-view .hoverlayer .hovertext").count() == 1
+    at = next(n for n, s in enumerate(steps) if s.kind == "retrieval")
+    for _ in range(at - 1):
+        page.keyboard.press("ArrowRight")
+    assert bar.inner_text().startswith(f"Decision {at + 1} of {len(steps)}: {steps[at].title}")
     assert page.locator(".dre-current").get_attribute("data-retrieval") == str(retrieval.id)
-    page.keyboard.press("ArrowLeft")
+    for _ in range(at):
+        page.keyboard.press("ArrowLeft")
     assert bar.inner_text().startswith("Decision 1 of")
     shot(page, "lesson-presenting", None)
     # θ changed live while presenting: the recorded decisions are replayed at another threshold
