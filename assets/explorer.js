@@ -303,6 +303,23 @@
   if (document.body) markLinked();
   else document.addEventListener("DOMContentLoaded", markLinked);
 
+  /* Each method's checkbox says in one line what the method does (a tooltip, and its accessible description). */
+  function methodWords(tries) {
+    var source = document.getElementById("method-words");
+    var labels = document.querySelectorAll("#methods label");
+    if (!source || !labels.length) { if (tries < 100) setTimeout(function () { methodWords(tries + 1); }, 100); return; }
+    var words = {};
+    try { words = JSON.parse(source.getAttribute("data-words") || "{}"); } catch (err) { words = {}; }
+    labels.forEach(function (label) {
+      var box = label.querySelector("input");
+      var line = box && words[box.getAttribute("name")];
+      if (!line) return;
+      label.title = line;
+      box.setAttribute("aria-description", line);
+    });
+  }
+  methodWords(0);
+
   function startFromAddress() {
     if (DRE.addressRead) return;
     DRE.addressRead = true;

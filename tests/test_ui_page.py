@@ -298,6 +298,10 @@ def test_phone_and_zoom_layouts_fit_with_the_linked_run_first(context, app) -> N
                 if box["x"] < 0 or box["x"] + box["width"] > width:
                     problems[f"{name}: the fork menu leaves the viewport"] = box
                 page.keyboard.press("Escape")
+            if width == 1920:  # each method's checkbox says in one line what the method does
+                titles = page.eval_on_selector_all("#methods label", "ls => ls.map(l => l.title)")
+                if not (titles and all(": " in t for t in titles) and titles[0].startswith("wo-RAG: answers")):
+                    problems[f"{name}: method checkboxes without their line"] = titles
             if width != 1920:
                 violations = axe_violations(page)
                 if violations:

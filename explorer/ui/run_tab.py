@@ -88,6 +88,10 @@ def build_band(opening: questions.Question | None, methods: list[str]) -> tuple[
         chosen = gr.CheckboxGroup([method_choice(m) for m in methods], value=["dragin"],
                                   label="Methods (several run one after another, side by side)", elem_id="methods",
                                   scale=6, min_width=300)
+        words = json.dumps({m: f"{method_choice(m)[0]}: {controls.method_words(m)}" for m in methods})
+        # what each method does, for the page script to put on its checkbox (hover, focus, screen readers)
+        gr.HTML(f'<span hidden id="method-words" data-words="{esc(words)}"></span>', elem_id="method-words-box",
+                visible="hidden", js_on_load=None)
         with gr.Column(scale=0, min_width=112, elem_id="run-buttons"):
             run_btn = gr.Button("Run", variant="primary", elem_id="run", size="md")
             cancel_btn = gr.Button("Cancel", variant="stop", elem_id="cancel", size="sm")
