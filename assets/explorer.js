@@ -111,6 +111,7 @@
     if (!message) return false;
     send(Object.assign({ nonce: Date.now() }, message));
     try { window.history.replaceState(null, "", link.getAttribute("href")); } catch (err) { /* a file page */ }
+    markLinked();
     document.querySelectorAll(".dre-cases a[aria-current]").forEach(function (a) { a.removeAttribute("aria-current"); });
     if (link.closest(".dre-cases")) link.setAttribute("aria-current", "true");
     return true;
@@ -243,7 +244,23 @@
       target.classList.add("dre-current");
       if (!quiet) target.scrollIntoView({ block: "center" });
     }
+    showBar(target, item.getAttribute("data-bar"));
   };
+
+  /* A step about a chart's bar (data-bar: its point number) shows that bar's own hover label; the label of
+   * the step before goes. The numbers are the chart's, drawn from the trace. */
+  function showBar(chart, point) {
+    if (presenting.bar && window.Plotly) {
+      try { window.Plotly.Fx.unhover(presenting.bar); } catch (err) { /* a chart redrawn meanwhile */ }
+    }
+    presenting.bar = null;
+    if (!chart || point === null || !window.Plotly || chart.getAttribute("data-done") !== "1") return;
+    try {
+      window.Plotly.Fx.hover(chart, [{ curveNumber: 0, pointNumber: parseInt(point, 10) }]);
+      presenting.bar = chart;
+      chart.setAttribute("data-shown-bar", point);
+    } catch (err) { /* no such bar: the chart stays highlighted as a whole */ }
+  }
 
   DRE.present = function (on) {
     document.body.classList.toggle("dre-presenting", !!on);
@@ -273,9 +290,40 @@
     });
   }
 
+  /* A page opened at a run's address (?run=, ?case=, ?compare=) is about that run: on a phone it comes
+   * before the form (page.css moves the form below it for body.dre-linked). */
+  function markLinked() {
+    var linked = false;
+    try {
+      var q = new URLSearchParams(window.location.search);
+      linked = !!(q.get("run") || q.get("case") || q.get("compare"));
+    } catch (err) { linked = false; }
+    if (linked && document.body) document.body.classList.add("dre-linked");
+  }
+  if (document.body) markLinked();
+  else document.addEventListener("DOMContentLoaded", markLinked);
+
+  /* Each method's checkbox says in one line what the method does (a tooltip, and its accessible description). */
+  function methodWords(tries) {
+    var source = document.getElementById("method-words");
+    var labels = document.querySelectorAll("#methods label");
+    if (!source || !labels.length) { if (tries < 100) setTimeout(function () { methodWords(tries + 1); }, 100); return; }
+    var words = {};
+    try { words = JSON.parse(source.getAttribute("data-words") || "{}"); } catch (err) { words = {}; }
+    labels.forEach(function (label) {
+      var box = label.querySelector("input");
+      var line = box && words[box.getAttribute("name")];
+      if (!line) return;
+      label.title = line;
+      box.setAttribute("aria-description", line);
+    });
+  }
+  methodWords(0);
+
   function startFromAddress() {
     if (DRE.addressRead) return;
     DRE.addressRead = true;
+    markLinked();
     var wanted = false;
     try { wanted = new URLSearchParams(window.location.search).get("present") === "1"; } catch (err) { wanted = false; }
     if (wanted || document.body.getAttribute("data-present") === "1") DRE.present(true);
@@ -548,9 +596,11 @@
     close.addEventListener("click", function () { DRE.closeForkMenu(true); });
     node.appendChild(close);
     var r = target.anchor.getBoundingClientRect();
-    node.style.left = Math.max(4, Math.min(r.left + window.scrollX, window.scrollX + document.documentElement.clientWidth - 380)) + "px";
     node.style.top = (r.bottom + window.scrollY + 4) + "px";
     document.body.appendChild(node);
+    // inside the viewport on any screen: its own width, measured once it is on the page
+    var room = document.documentElement.clientWidth - node.offsetWidth - 4;
+    node.style.left = (window.scrollX + Math.max(4, Math.min(r.left, room))) + "px";
     menu = { node: node, anchor: target.anchor };
     node.addEventListener("keydown", function (e) {
       if (e.key === "Escape") { e.preventDefault(); DRE.closeForkMenu(true); return; }

@@ -60,6 +60,12 @@ def plain(signal: Any) -> str:
     return PLAIN.get(key, text)
 
 
+def symbol(signal: Any) -> str:
+    """The threshold's symbol for a signal, as its paper writes it: δ for SEAKR's U, θ for every other."""
+    text = str(signal or "").lower()
+    return "δ" if text == "u" or text.startswith("u(") else "θ"
+
+
 def decision_kind(check: dict[str, Any]) -> str:
     """How a check's decision came about: ``fired``, ``kept`` (no retrieval), ``forced`` or ``suppressed``.
 

@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from explorer import naming
+
 COMPARES = (">", "<")
 
 
@@ -168,6 +170,12 @@ def divergence(decisions: Sequence[Decision]) -> Decision | None:
     return next((d for d in decisions if d.changed), None)
 
 
+def ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th ... 11th, 12th, 13th, 21st."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
 def describe(decisions: Sequence[Decision], units_of: Mapping[int, Sequence[Mapping[str, Any]]] | None = None) -> str:
     """One sentence saying what changes at the new threshold, for captions and reports."""
     if not decisions:
@@ -182,9 +190,9 @@ def describe(decisions: Sequence[Decision], units_of: Mapping[int, Sequence[Mapp
             return "no retrieval"
         units = (units_of or {}).get(first.check)
         if units and 0 <= index < len(units):
-            return f"unit {index} ({str(units[index].get('text', '')).strip()!r})"
-        return f"unit {index}"
+            return f"a retrieval at {str(units[index].get('text', '')).strip()!r}"
+        return f"a retrieval at the {ordinal(index + 1)} place it checked"
 
-    return (f"At θ' = {theta:g} check #{first.check} would give {name(first.would_fire)} instead of "
-            f"{name(first.fired)}; after it the model would have written different text, so later checks "
+    return (f"At θ' = {theta:g} {naming.event('check', first.check)} would give {name(first.would_fire)} instead "
+            f"of {name(first.fired)}; after it the model would have written different text, so later checks "
             "are not a prediction.")

@@ -187,6 +187,14 @@ def test_a_caption_link_scrolls_to_and_highlights_its_target_in_chromium() -> No
             assert page.evaluate("[...document.querySelectorAll('.dre-look-target')].every(el => "
                                  "(!el.closest('details') || el.closest('details').open) && "
                                  "[...el.querySelectorAll(':scope > details')].every(d => d.open))")
+            if key == "dragin-dragin":  # the target is the token that fired: the highlight wins over its red outline
+                assert "fired" in target.get_attribute("class")
+                for motion in ("no-preference", "reduce"):
+                    page.emulate_media(reduced_motion=motion)
+                    look = target.evaluate("el => { const s = getComputedStyle(el); return [s.outlineColor, "
+                                           "s.outlineWidth, s.outlineStyle, s.backgroundColor, s.animationName]; }")
+                    assert look[:4] == ["rgb(180, 83, 9)", "3px", "solid", "rgb(254, 240, 138)"], (motion, look)
+                    assert (look[4] == "none") == (motion == "reduce"), look
             page.close()
         page = context.new_page()
         page.set_content(f"<html><body>{case_story.render(told('seakr-seakr'))}<script>{script}</script></body></html>")

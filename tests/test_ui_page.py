@@ -145,10 +145,17 @@ def test_a_scripted_lesson_from_a_case_link_to_a_fork_and_its_comparison_link(pa
     assert bar.inner_text().startswith(f"Decision 1 of {len(steps)}: {steps[0].title}")
     assert page.locator(".dre-current").inner_text().strip() == fired.payload["token"].strip()
     assert _in_first_screen(page, ".dre-current")
-    page.keyboard.press("ArrowRight")
-    assert bar.inner_text().startswith(f"Decision 2 of {len(steps)}: {steps[1].title}")
+    page.keyboard.press("ArrowRight")  # the bar that fired, in the decision chart, with its values shown
+    assert steps[1].kind == "bar" and bar.inner_text().startswith(f"Decision 2 of {len(steps)}: {steps[1].title}")
+    assert page.locator(".dre-current").get_attribute("data-shown-bar") == str(steps[1].bar)
+    assert _in_first_screen(page, ".dre-current") and page.locator("#run-view .hoverlayer .hovertext").count() == 1
+    at = next(n for n, s in enumerate(steps) if s.kind == "retrieval")
+    for _ in range(at - 1):
+        page.keyboard.press("ArrowRight")
+    assert bar.inner_text().startswith(f"Decision {at + 1} of {len(steps)}: {steps[at].title}")
     assert page.locator(".dre-current").get_attribute("data-retrieval") == str(retrieval.id)
-    page.keyboard.press("ArrowLeft")
+    for _ in range(at):
+        page.keyboard.press("ArrowLeft")
     assert bar.inner_text().startswith("Decision 1 of")
     shot(page, "lesson-presenting", None)
     # θ changed live while presenting: the recorded decisions are replayed at another threshold
@@ -254,6 +261,68 @@ def test_help_links_are_named_apart_and_focus_goes_there_and_back(page, app) -> 
                            "'#run-view [data-panel=signal] a.dre-help')", timeout=10_000)
 
 
+LAYOUTS = {"phone 390x844": (390, 844), "1280x720 at 150 %": (853, 480), "1280x720 at 200 %": (640, 360),
+           "1920x1080": (1920, 1080)}
+
+
+@pytest.mark.skipif(not AXE.exists(), reason="axe-core is not installed: `make test` runs `npm ci` (needs node/npm)")
+def test_phone_and_zoom_layouts_fit_with_the_linked_run_first(context, app) -> None:
+    """A ?case= link on a phone, and the page at 150 % and 200 % zoom (the CSS pixels a 1280x720 screen gives)
+    and at 1920x1080: no horizontal scroll, the linked run before the form on a phone, the fork menu inside
+    the viewport, presenting's bar inside the screen and beside the chart on a wide one, no serious WCAG
+    violation."""
+    item = SHELF.item("dragin-flare")
+    problems: dict[str, object] = {}
+    for name, (width, height) in LAYOUTS.items():
+        page = context.new_page()
+        page.set_viewport_size({"width": width, "height": height})
+        try:
+            _open(page, f"{app.url}?case={item.key}")
+            page.wait_for_selector(f"#run-view .dre-run[data-run='{item.run_id}']", timeout=60_000)
+            wide = page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
+            if wide > 0:
+                problems[f"{name}: horizontal scroll"] = wide
+            if width < 700:
+                view, band = page.locator("#run-view").bounding_box(), page.locator("#run-band").bounding_box()
+                if not view["y"] < band["y"]:
+                    problems[f"{name}: the linked run is below the form"] = (view["y"], band["y"])
+            if width == 390:
+                wait_ready(page)
+                right = page.evaluate("""() => { const t = [...document.querySelectorAll(
+                    '#run-view .dre-run[data-view=done] .dre-span:not(.group) .tok')];
+                    return t.reduce((b, e, i) => e.getBoundingClientRect().right >
+                                    t[b].getBoundingClientRect().right ? i : b, 0); }""")
+                page.locator("#run-view .dre-run[data-view=done] .dre-span:not(.group) .tok").nth(right).click()
+                page.wait_for_selector(f"{MENU} [role=menuitem]", timeout=30_000)
+                box = page.locator(MENU).bounding_box()
+                if box["x"] < 0 or box["x"] + box["width"] > width:
+                    problems[f"{name}: the fork menu leaves the viewport"] = box
+                page.keyboard.press("Escape")
+            if width == 1920:  # each method's checkbox says in one line what the method does
+                titles = page.eval_on_selector_all("#methods label", "ls => ls.map(l => l.title)")
+                if not (titles and all(": " in t for t in titles) and titles[0].startswith("wo-RAG: answers")):
+                    problems[f"{name}: method checkboxes without their line"] = titles
+            if width != 1920:
+                violations = axe_violations(page)
+                if violations:
+                    problems[f"{name}: axe"] = violations
+            page.locator("#present-toggle").click()
+            page.wait_for_selector("body.dre-presenting #dre-presenter:not([hidden])")
+            bar = page.locator("#dre-presenter").bounding_box()
+            if bar["x"] < 0 or bar["x"] + bar["width"] > width or bar["y"] + bar["height"] > height:
+                problems[f"{name}: the presenting bar leaves the screen"] = bar
+            if page.locator("#dre-presenter p").bounding_box()["width"] < 300:
+                problems[f"{name}: presenting text a word or two a line"] = bar
+            if width == 1920:
+                chart = page.locator("#run-view [data-panel=signal] .dre-plot").first.bounding_box()
+                if chart["x"] + chart["width"] > bar["x"]:
+                    problems[f"{name}: the bar covers the chart"] = (chart, bar)
+            shot(page, f"layout-{name.split()[0]}-{width}x{height}", None)
+        finally:
+            page.close()
+    assert problems == {}
+
+
 @pytest.fixture(scope="module")
 def tiny_app(tmp_path_factory):
     """The app on random:tiny (a real model with random weights): every method runs in seconds."""
@@ -285,5 +354,14 @@ def test_every_method_ticked_at_once_runs_from_the_form(context, tiny_app) -> No
         assert [r.get_attribute("data-method") for r in runs.all()] == methods
         assert {r.get_attribute("data-status") for r in runs.all()} == {"complete"}
         assert f"Done: {len(methods)} run(s) stored" in page.locator("#run-status").inner_text()
+        # the link to these runs side by side opens all of them, compared, with their model
+        href = page.locator("#run-view .dre-linkline a.dre-link").get_attribute("href")
+        ids = [r.get_attribute("data-run") for r in runs.all()]
+        assert href == "?compare=" + ",".join(ids)
+        page.goto(tiny_app.url + href, timeout=120_000)
+        page.wait_for_selector("#run-view [data-panel=compare]", timeout=120_000)
+        assert [r.get_attribute("data-run") for r in page.locator("#run-view .dre-grid .dre-run").all()] == ids
+        assert "Comparing 9 runs" in page.locator("#run-status").inner_text()
+        assert page.locator("#run-view [data-panel=compare] tr", has_text="model").count() >= 1
     finally:
         page.close()

@@ -69,8 +69,11 @@ def test_one_numbering_in_the_strip_the_panels_the_fork_menu_and_the_command_lin
     for jargon in ("Q4", "check #", "R1 ", "#1", "[0]", "step 1:"):
         assert jargon not in shown, jargon
     steps = decisions.decisions(TraceView(trace))
-    assert [d.kind for d in steps] == ["fired", "retrieval", "answer"]
+    assert [d.kind for d in steps] == ["fired", "bar", "retrieval", "answer"]
     assert steps[0].target == '[data-span~="0"] .tok[data-i="4"]' and "cut away" in steps[0].why
+    # the chart's bar that fired: the fifth bar (point 4) of the decision chart, over θ as two others (0.3 + ε, 0.5)
+    assert steps[1].bar == 4 and "rind = 0.4, over the line θ = 0.3" in steps[1].why
+    assert "2 other token(s) of this check were over it too" in steps[1].why
 
 
 def test_forced_and_suppressed_retrievals_are_named_so_and_legends_show_what_the_run_holds() -> None:

@@ -284,6 +284,26 @@ def _dragin(trace: Trace, _beside: Trace | None) -> Told:
     return told
 
 
+def _under_threshold(trace: Trace, trig: Event | None) -> list[str]:
+    """The eligible units of the check that fired ``trig`` on the firing side of its threshold (their text)."""
+    if trig is None:
+        return []
+    check = next((e for e in trace.of_kind("check") if e.payload.get("span") == trig.payload.get("span")
+                  and e.payload.get("fired") is not None), None)
+    if check is None:
+        return [token_text(trig.payload.get("token"))]
+    theta, compare = check.payload.get("threshold"), check.payload.get("compare", "<")
+    if not isinstance(theta, (int, float)):
+        return []
+    out = []
+    for unit in check.payload.get("units") or []:
+        value = unit.get("value")
+        if unit.get("eligible", True) and isinstance(value, (int, float)) and (
+                value < theta if compare == "<" else value > theta):
+            out.append(token_text(unit.get("text")))
+    return out
+
+
 def _flare(trace: Trace, _beside: Trace | None) -> Told:
     told = Told()
     trig = first_trigger(trace)
@@ -318,11 +338,22 @@ def _flare(trace: Trace, _beside: Trace | None) -> Told:
                          "room, not the seated one the question asks for.",
                          bool(answer) and not matches_gold(trace)
                          and any(f" {answer} " in f" {_passage_words(h)} " for h in stated))]
+    under = _under_threshold(trace, trig)
+    if trig is not None:  # said right after the sentence that fired
+        told.facts.insert(2 if trace.config.get("initial_retrieval") else 1,
+                          f"{len(under)} token{'s' if len(under) != 1 else ''} of that sentence "
+                          f"{'were' if len(under) != 1 else 'was'} under θ"
+                          + (f": {', '.join(quote(u, 20) for u in under)}." if under else "."))
+    later = [e for e in trace.of_kind("retrieval") if searched is not None and e.id > searched.id]
+    returned_later = [e for e in later if any(pid in hit_ids(e) for pid in answer_ids)]
+    if searched is not None and returned_later and not any(pid in hit_ids(searched) for pid in answer_ids):
+        told.facts.append(f"A later search ({retrieval_name(returned_later[0])}) did return the passage that states "
+                          "the capacity.")
     told.beats = [
-        Check("FLARE fires on improbable tokens of its first sentence", trig is not None),
-        Check("its query drops those words", masked is not None and bool(masked.payload.get("masked"))),
-        Check("that query misses the passage that states the capacity",
-              searched is not None and not any(pid in hit_ids(searched) for pid in answer_ids)),
+        Check("several tokens of FLARE's first sentence are improbable (under θ), so it fires", len(under) > 1),
+        Check("its query drops those words", masked is not None and len(masked.payload.get("masked") or []) > 1),
+        Check("that query misses the passage that states the capacity, and no later search brings it back",
+              searched is not None and not any(pid in hit_ids(e) for e in [searched, *later] for pid in answer_ids)),
         Check("FLARE's answer is wrong", not matches_gold(trace)),
     ]
     return told
@@ -398,9 +429,19 @@ def _seakr(trace: Trace, _beside: Trace | None) -> Told:
     if reranks:
         told.look = Look(f"the re-ranking of {retrieval_name(trace.events[reranks[0].payload['retrieval']])}"
                          " by U", trace.run_id, (("data-panel", "uncertainty"), ("data-rerank", str(reranks[0].id))))
+    delta = first.payload.get("threshold") if first is not None else None
+    with_passages = [e for e in trace.of_kind("uncertainty") if e.payload.get("context") == "rerank"
+                     and e.payload.get("primary", True) is not False
+                     and isinstance(e.payload.get("value"), (int, float))]
+    still_over = [e for e in with_passages if isinstance(delta, (int, float)) and e.payload["value"] > delta]
+    if with_passages and isinstance(delta, (int, float)):  # before the answer, after the re-ranking
+        told.facts.insert(len(told.facts) - 1, "With each candidate passage in, U was "
+                          + ", ".join(fmt(e.payload["value"]) for e in with_passages)
+                          + f": {len(still_over)} of {len(with_passages)} stayed over δ = {fmt(delta)}.")
     told.beats = [
-        Check("U is over δ before the passages and under δ once they are in, so SEAKR searches only when it "
-              "lacks knowledge", bool(fired) and fired[0].id == checks[0].id and len(fired) < len(checks)),
+        Check("U is over δ before the passages, so SEAKR searches", bool(fired) and fired[0].id == checks[0].id),
+        Check("U is under δ with each passage in, so it searches only while it lacks knowledge",
+              bool(with_passages) and not still_over and len(fired) < len(checks)),
         Check("the searches bring back the dates of both men", bool(gold) and gold <= retrieved(trace)),
         Check("re-ranking by U keeps a passage with the needed dates",
               any(r.payload.get("chosen") in gold for r in reranks)),

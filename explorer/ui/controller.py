@@ -285,7 +285,8 @@ class RunController:
                     yield Update(render_runs([], message=esc(line)), status_html(line))
                 return
             if not self.runtime.ready:
-                yield Update(render_runs([], message=esc(self.runtime.status())), status_html(self.runtime.status()))
+                yield Update(render_runs([], message=esc(self.runtime.status()), pending=True),
+                             status_html(self.runtime.status()))
             worker.start()
             yield from drain
         finally:
@@ -306,7 +307,7 @@ class RunController:
             if text != shown:
                 shown = text
                 line = text[:1].upper() + text[1:] + "."
-                yield Update(render_runs([], message=esc(line)), status_html(line))
+                yield Update(render_runs([], message=esc(line), pending=True), status_html(line))
             ticket.wait(REFRESH * 5)
 
     # -- forks ----------------------------------------------------------------------------------------
@@ -461,7 +462,8 @@ class RunController:
         shown = shown or _Shown([], {})
         html = render_runs([*shown.runs, *finished], signal=signal, live=trace,
                            live_tokens=list(live.tokens) if live else None, live_purpose=live.purpose if live else "",
-                           fork_marks=shown.marks, refused=shown.refused + shown.failed)
+                           fork_marks=shown.marks, refused=shown.refused + shown.failed,
+                           pending=len(finished) + len(shown.failed) < len(specs))
         return Update(html, status_html(status), [t.run_id for t in finished])
 
     def _final_update(self, finished: list[Trace], specs: list[RunSpec], cancel: threading.Event, error: str | None,

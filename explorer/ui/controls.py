@@ -81,6 +81,25 @@ class Param:
         return " · ".join(bits)
 
 
+#: What each method does, in one line of plain words (the methods' checkboxes show it on hover and focus).
+METHOD_WORDS = {
+    "wo": "answers from what the model knows, never searches",
+    "sr": "searches once with the question, then writes the answer",
+    "fl": "searches again every few tokens, whatever the model writes",
+    "fs": "searches again before every sentence",
+    "flare": "searches when a word of the next sentence is improbable, with that sentence minus those words",
+    "dragin": "searches when an unsure token matters to what follows (RIND), with the words it attends to (QFS)",
+    "seakr": "searches when sampled continuations disagree (U over δ), keeps the passage that lowers U most",
+    "blendfilter": "searches with three blended queries and lets the model drop the passages that do not help",
+    "drrag": "searches with the question, then with the question joined to each passage; a classifier picks pairs",
+}
+
+
+def method_words(name: str) -> str:
+    """One line saying what a method does (its title when it has no such line: a method added later)."""
+    return METHOD_WORDS.get(name) or get_method(name).title
+
+
 def method_label(name: str) -> str:
     return f"{get_method(name).title} [{name}]"
 

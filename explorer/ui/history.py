@@ -170,14 +170,15 @@ class Exports:
         return self._write(report.safe_filename(f"run-{trace.method}-{trace.run_id[:8]}", ".json"),
                            report.trace_json(trace))
 
-    def report(self, traces: list[Trace], signal: str = "prob", *, slides: bool = False) -> str:
-        """One self-contained HTML file of the runs; ``slides``: large type, opening in presenting mode."""
+    def report(self, traces: list[Trace], signal: str = "prob", *, slides: bool = False, above: str = "") -> str:
+        """One self-contained HTML file of the runs; ``slides``: large type, opening in presenting mode;
+        ``above``: trusted markup over the runs (a recorded case study's caption)."""
         stem = (f"report-{traces[0].method}-{traces[0].run_id[:8]}" if len(traces) == 1
                 else f"comparison-{len(traces)}-runs-{traces[0].run_id[:8]}")
         if slides:
             stem = "slides-" + stem.split("-", 1)[1]
         return self._write(report.safe_filename(stem, ".html"), report.report_html(traces, signal=signal,
-                                                                                  slides=slides))
+                                                                                  slides=slides, above=above))
 
     def csv(self, text: str) -> str:
         return self._write("history.csv", text)

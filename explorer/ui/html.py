@@ -112,8 +112,9 @@ def figure(data: list[Any] | None = None, **layout: Any) -> go.Figure:
         "font": {"family": "system-ui, -apple-system, 'Segoe UI', sans-serif", "size": 11, "color": "#1f2937"},
         "hoverlabel": {"font": {"family": "ui-monospace, monospace", "size": 11}, "align": "left"},
         "showlegend": False,
-        "xaxis": {"gridcolor": "#e5e7eb", "zeroline": False},
-        "yaxis": {"gridcolor": "#e5e7eb", "zeroline": False},
+        # automargin: tick labels get the room they need (a narrow phone chart cut them off)
+        "xaxis": {"gridcolor": "#e5e7eb", "zeroline": False, "automargin": True},
+        "yaxis": {"gridcolor": "#e5e7eb", "zeroline": False, "automargin": True},
     }
     for key, value in layout.items():
         if isinstance(value, dict) and isinstance(base.get(key), dict):

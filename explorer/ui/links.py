@@ -20,8 +20,9 @@ from explorer.ui.history import TraceCache
 from explorer.ui.viewblock import Shown
 
 _ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
-#: The most runs one comparison link opens.
-MAX_COMPARE = 6
+#: The most runs one comparison link opens: every method ticked at once (nine) and the History tab's
+#: larger selections, well under the view's trace cache (64), so a comparison never evicts its own runs.
+MAX_COMPARE = 32
 
 
 @dataclass
@@ -102,7 +103,7 @@ def open_link(params: Mapping[str, Any], cache: TraceCache, shelf: gallery.Galle
         item = recorded_item(shelf, run_id)
         return Opened(Shown([run_id]), item, f"Opened run {run_id[:12]}" + (" (recorded)." if item else "."))
     if compare:
-        ids = [_run_id(part, "compare") for part in compare.split(",") if part.strip()]
+        ids = list(dict.fromkeys(_run_id(part, "compare") for part in compare.split(",") if part.strip()))
         if len(ids) < 2 or len(ids) > MAX_COMPARE:
             raise LinkError(f"a comparison link names {len(ids)} run(s)", where="compare",
                                 fix=f"give 2 to {MAX_COMPARE} run ids separated by commas: ?compare=ID1,ID2")

@@ -108,15 +108,18 @@ def refused_card(method: str, message: str) -> str:
 def render_runs(traces: list[Trace], *, signal: str = "prob", whatif_at: Mapping[str, float] | None = None,
                 live: Trace | None = None, live_tokens: list[dict[str, Any]] | None = None, live_purpose: str = "",
                 message: str = "", fork_marks: Mapping[str, dict[str, Any]] | None = None, below: str = "",
-                refused: list[tuple[str, str]] | None = None, interactive: bool = False) -> str:
+                refused: list[tuple[str, str]] | None = None, interactive: bool = False,
+                pending: bool = False) -> str:
     """Runs side by side (and the one still running, if any), with their costs compared below.
 
     ``fork_marks``: run id -> a point to mark as a fork's divergence (a parent beside its fork);
     ``below``: trusted markup after the runs (the family tree); ``refused``: (method, message) of
-    ticked methods that did not run, each shown as a card beside the runs."""
+    ticked methods that did not run, each shown as a card beside the runs; ``pending``: more
+    ticked methods are still to run (between two methods no run is live, yet the page keeps
+    following the stream)."""
     whatif_at = whatif_at or {}
     fork_marks = fork_marks or {}
-    streaming = live is not None
+    streaming = live is not None or pending
     alone = len(traces) == 1 and live is None
     columns = [render_run(t, ViewOptions(signal=signal, whatif=whatif_at.get(t.run_id), compact=streaming,
                                          costs=alone, fork_at=fork_marks.get(t.run_id),
@@ -127,7 +130,7 @@ def render_runs(traces: list[Trace], *, signal: str = "prob", whatif_at: Mapping
                                   live_purpose=live_purpose))
     columns += [refused_card(method, why) for method, why in refused or []]
     if not columns:
-        return page(message or '<p class="dre-empty">Pick a question and methods, then press Run.</p>')
+        return page(message or '<p class="dre-empty">Pick a question and methods, then press Run.</p>', busy=streaming)
     grid = f'<div class="dre-grid" data-runs="{len(columns)}">{"".join(columns)}</div>'
     compared = costs.render(traces) if len(traces) > 1 and not streaming else ""
     status = f'<div class="dre-message">{message}</div>' if message else ""

@@ -48,11 +48,13 @@ def safe_filename(text: str, suffix: str) -> str:
     return f"{stem}{suffix}"
 
 
-def report_html(traces: list[Trace], *, signal: str = "prob", title: str | None = None, slides: bool = False) -> str:
+def report_html(traces: list[Trace], *, signal: str = "prob", title: str | None = None, slides: bool = False,
+                above: str = "") -> str:
     """A standalone HTML page showing ``traces`` (side by side, compared when there are several).
 
     ``slides``: for a class, the page opens in presenting mode (large type; the arrow keys step from
-    one decision to the next with its explanation, as in the app)."""
+    one decision to the next with its explanation, as in the app); ``above``: trusted markup written
+    by the explorer between the head line and the runs (a recorded case study's caption)."""
     if not traces:
         raise ValueError("a report needs at least one run")
     title = title or (f"{traces[0].method}/{traces[0].variant}: {traces[0].question}" if len(traces) == 1
@@ -78,7 +80,8 @@ def report_html(traces: list[Trace], *, signal: str = "prob", title: str | None 
         f'<meta http-equiv="Content-Security-Policy" content="{esc(csp)}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{esc(title)}</title><style>body{{margin:16px;background:#f8fafc}}{style}</style>"
-        f'</head><body class="{"dre-slides" if slides else "dre-report"}">{head}{body}{"".join(scripts)}</body></html>')
+        f'</head><body class="{"dre-slides" if slides else "dre-report"}">{head}{above}{body}{"".join(scripts)}'
+        "</body></html>")
 
 
 def trace_json(trace: Trace) -> str:

@@ -88,6 +88,10 @@ def build_band(opening: questions.Question | None, methods: list[str]) -> tuple[
         chosen = gr.CheckboxGroup([method_choice(m) for m in methods], value=["dragin"],
                                   label="Methods (several run one after another, side by side)", elem_id="methods",
                                   scale=6, min_width=300)
+        words = json.dumps({m: f"{method_choice(m)[0]}: {controls.method_words(m)}" for m in methods})
+        # what each method does, for the page script to put on its checkbox (hover, focus, screen readers)
+        gr.HTML(f'<span hidden id="method-words" data-words="{esc(words)}"></span>', elem_id="method-words-box",
+                visible="hidden", js_on_load=None)
         with gr.Column(scale=0, min_width=112, elem_id="run-buttons"):
             run_btn = gr.Button("Run", variant="primary", elem_id="run", size="md")
             cancel_btn = gr.Button("Cancel", variant="stop", elem_id="cancel", size="sm")
@@ -360,8 +364,18 @@ def wire(tab: RunTab, controller: RunController, cache: TraceCache, shelf: galle
     rc.cancel_btn.click(on_cancel, None, rc.status, queue=False, **PRIVATE)
 
 
-def build_exports(view: Any, cache: TraceCache, exports: Exports) -> None:
-    """Exports of what the view shows (a run, a comparison, a fork beside its parent; recorded runs too)."""
+def captions_of(shelf: gallery.Gallery, shown: list[Any]) -> str:
+    """The captions of the recorded case studies among ``shown`` runs (a contrast shown beside its run is told
+    in that run's caption), so an export of a recorded case keeps what the page said about it."""
+    ids = {t.run_id for t in shown}
+    items = [i for i in shelf.items if i.run_id in ids]
+    told_beside = {i.beside for i in items if i.beside}
+    return "".join(gallery_block.case_story_html(i, shelf) for i in items if i.key not in told_beside)
+
+
+def build_exports(view: Any, cache: TraceCache, exports: Exports, shelf: gallery.Gallery | None = None) -> None:
+    """Exports of what the view shows (a run, a comparison, a fork beside its parent; recorded runs too, with
+    their case study's caption)."""
     with gr.Row(elem_id="run-exports", equal_height=True):
         html_btn = gr.Button("Export HTML report", size="sm", elem_id="run-export-html", scale=0, min_width=160)
         slides_btn = gr.Button("Export for slides", size="sm", elem_id="run-export-slides", scale=0, min_width=160)
@@ -378,7 +392,8 @@ def build_exports(view: Any, cache: TraceCache, exports: Exports) -> None:
             return (gr.update(value=exports.trace_json(shown[-1]), visible=True),
                     status_html(f"Trace of run {shown[-1].run_id[:12]} exported."))
         what = "Slides" if kind == "slides" else "HTML report"
-        return (gr.update(value=exports.report(shown, signal, slides=kind == "slides"), visible=True),
+        above = captions_of(shelf, shown) if shelf is not None else ""
+        return (gr.update(value=exports.report(shown, signal, slides=kind == "slides", above=above), visible=True),
                 status_html(f"{what} of {len(shown)} run(s) exported: one file that opens offline."))
 
     for kind, button in (("html", html_btn), ("slides", slides_btn), ("json", json_btn)):
@@ -416,7 +431,7 @@ def build(settings: Any, controller: RunController, cache: TraceCache, shelf: ga
                                # a fork is a new run made now: the recorded run's line does not stay above it
                                on_fork=lambda fork: fork.request.submit(lambda: gr.update(visible=False), None,
                                                                         shelf_block.row, queue=False, **QUIET))
-        build_exports(view, cache, exports)
+        build_exports(view, cache, exports, shelf)
         link = gr.HTML("", html_template="<span hidden></span>", js_on_load=forkblock.sender_js("run", "link"),
                        elem_id="run-link-request", visible="hidden")
     qc = QuestionControls(source, loaded, data_note, picked, question_file, question_format, question, gold)

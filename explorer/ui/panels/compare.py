@@ -71,6 +71,10 @@ def render(traces: list[Trace]) -> str:
                      for lb, t in zip(labels, traces, strict=True)])]
     if len(questions) > 1:
         rows.append(("question", [esc(t.question) for t in traces]))
+    differ = costs.models_differ(traces)
+    rows.append(("model", [esc(costs.model_name(t)) + (" " + badge("another model", "part")
+                                                       if differ and costs.model_name(t) != costs.model_name(traces[0])
+                                                       else "") for t in traces]))
     rows += [
         ("settings", [esc(", ".join(f"{k}={v}" for k, v in changed_settings(t.config, t.method).items()) or "defaults")
                       for t in traces]),

@@ -31,6 +31,20 @@ def run_labels(traces: list[Trace]) -> list[str]:
             for b, t in zip(base, traces, strict=True)]
 
 
+def model_name(trace: Trace) -> str:
+    """The model a run was made on, as its trace records it ('?' when it does not)."""
+    return str((trace.model or {}).get("name") or "?") if isinstance(trace.model, dict) else "?"
+
+
+def models_differ(traces: list[Trace]) -> str:
+    """A warning to show beside compared figures when the runs were made on different models ('' otherwise)."""
+    names = list(dict.fromkeys(model_name(t) for t in traces))
+    if len(names) < 2:
+        return ""
+    return (f"These runs were made on different models ({', '.join(names)}): forward passes, tokens and wall "
+            "time depend on the model and the machine, so compare them only between runs of the same model.")
+
+
 def _value(trace: Trace, key: str) -> float:
     return trace.costs.total_time if key == "total_time" else getattr(trace.costs, key)
 
@@ -39,6 +53,8 @@ def table(traces: list[Trace]) -> str:
     labels = run_labels(traces)
     head = "".join(f"<th>{esc(label)}</th>" for label in labels)
     rows = []
+    if len({model_name(t) for t in traces}) > 1:  # the figures below are each model's own
+        rows.append("<tr><td>model</td>" + "".join(f"<td>{esc(model_name(t))}</td>" for t in traces) + "</tr>")
     for key, name in METRICS:
         values = [_value(t, key) for t in traces]
         if key == "sampled_sequences" and not any(values):
@@ -73,5 +89,7 @@ def chart(traces: list[Trace]) -> str:
 def render(traces: list[Trace]) -> str:
     if not traces:
         return ""
-    body = table(traces) + (chart(traces) if len(traces) > 1 else "")
+    warning = models_differ(traces)
+    body = (f'<p class="dre-note dre-models-differ" role="note">{esc(warning)}</p>' if warning else "") + table(traces)
+    body += chart(traces) if len(traces) > 1 else ""
     return section("Costs" + (" compared" if len(traces) > 1 else ""), body, panel="costs")

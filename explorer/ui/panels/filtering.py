@@ -75,7 +75,8 @@ def render(view: TraceView, opts: ViewOptions) -> str:
         ids = [str(i) for i in s.payload.get("passage_ids") or []]
         items = "".join(f"<li><b>{esc(_title(view, pid))}</b> <code>{esc(pid)}</code>"
                         f'{" " + badge("gold", "gold") if pid in gold else ""}</li>' for pid in ids)
-        body += (f'<div class="dre-union"><b>{naming.event("selection", s.id).capitalize()}</b>: '
+        body += (f'<div class="dre-union" data-selection="{s.id}">'
+                 f'<b>{naming.event("selection", s.id).capitalize()}</b>: '
                  f'{esc(s.payload.get("reason"))} '
                  f'({len(ids)} passages)<ul>{items}</ul></div>')
     return section("Knowledge filter (BlendFilter)", body, panel="filter")

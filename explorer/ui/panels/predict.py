@@ -35,7 +35,7 @@ def _value(unit: dict[str, Any]) -> float | None:
 
 
 def check_question(payload: dict[str, Any]) -> Question | None:
-    """A retrieval check as a question: the extreme of the signal over the span's units against θ."""
+    """A retrieval check as a question: the extreme of the signal over the span's units against its threshold."""
     kind = naming.decision_kind(payload)
     if kind not in ("fired", "kept"):
         return None
@@ -47,8 +47,9 @@ def check_question(payload: dict[str, Any]) -> Question | None:
     best, at = (max if compare == ">" else min)(values, key=lambda pair: pair[0])
     word = short(str(at.get("text", "")).strip(), 30)
     extreme = "highest" if compare == ">" else "lowest"
-    text = (f"The method retrieves as soon as a {unit}'s {signal} is {compare} θ. Over this span the {extreme} "
-            f"{signal} is {fmt(best)} (at {word!r}) and θ = {fmt(theta)}. Will it retrieve here?")
+    sym = naming.symbol(signal)  # δ for SEAKR's U, θ for every other signal, as the decisions write it
+    text = (f"The method retrieves as soon as a {unit}'s {signal} is {compare} {sym}. Over this span the {extreme} "
+            f"{signal} is {fmt(best)} (at {word!r}) and {sym} = {fmt(theta)}. Will it retrieve here?")
     return Question(text, (RETRIEVE, KEEP), RETRIEVE if kind == "fired" else KEEP)
 
 

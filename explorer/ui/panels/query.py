@@ -82,7 +82,7 @@ def render(view: TraceView, opts: ViewOptions) -> str:
         if opts.compact and not body:
             continue
         body += f'<div class="dre-query">query: <q>{esc(short(p.get("text", ""), 400))}</q></div>'
-        blocks.append(f'<div class="dre-qblock">{head}{body}</div>')
+        blocks.append(f'<div class="dre-qblock" data-query="{e.id}">{head}{body}</div>')
     if not blocks:
         return ""
     return section("Queries and how they were formed", "".join(blocks), panel="queries")

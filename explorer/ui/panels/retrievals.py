@@ -57,10 +57,11 @@ def render(view: TraceView, opts: ViewOptions) -> str:
             value, theta = esc(fmt(t.get("value"))), esc(fmt(t.get("threshold")))
             if view.decision(t.get("span")) == "forced":
                 why = (f'<div class="dre-why dre-forced">retrieval forced by a fork at {word} ({signal} = {value}, '
-                       f"θ = {theta}: not the method's own decision)</div>")
+                       f"{naming.symbol(t.get('signal'))} = {theta}: not the method's own decision)</div>")
             else:
                 compare = esc((view.check_of.get(t.get("span")) or trig).payload.get("compare", ">"))
-                why = (f'<div class="dre-why">retrieval fired at {word}: {signal} = {value} {compare} θ = {theta}'
+                why = (f'<div class="dre-why">retrieval fired at {word}: {signal} = {value} {compare} '
+                       f"{naming.symbol(t.get('signal'))} = {theta}"
                        "</div>")
         hits = p.get("hits") or []
         found = sum(1 for h in hits if str(h.get("id")) in gold)

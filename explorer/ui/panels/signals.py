@@ -26,6 +26,24 @@ def _checks(view: TraceView, signal: str | None) -> list[Any]:
     return [e for e in view.of_kind("check") if signal is None or e.payload.get("signal") == signal]
 
 
+def _numeric(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def bar_points(view: TraceView) -> dict[tuple[int, int], int]:
+    """(check event id, unit index) -> the point number of that unit's bar in the decision chart (the chart
+    draws the units of the checks on the run's decision signal end to end, one bar per recorded value)."""
+    found = whatif.signals(view.events)
+    if not found:
+        return {}
+    out: dict[tuple[int, int], int] = {}
+    for e in _checks(view, found[0]):
+        for i, unit in enumerate(e.payload.get("units") or []):
+            if _numeric(unit.get("value")):
+                out[(e.id, i)] = len(out)
+    return out
+
+
 def _chart(view: TraceView, signal: str, decisions: list[whatif.Decision], theta: float | None) -> str:
     checks = _checks(view, signal)
     by_check = {d.check: d for d in decisions}
@@ -41,7 +59,7 @@ def _chart(view: TraceView, signal: str, decisions: list[whatif.Decision], theta
             shade_from = start
         for i, unit in enumerate(p.get("units") or []):
             value = unit.get("value")
-            if not isinstance(value, (int, float)) or isinstance(value, bool):
+            if not _numeric(value):  # no bar (bar_points counts the same way)
                 x += 1
                 continue
             eligible = bool(unit.get("eligible", True))
@@ -72,12 +90,13 @@ def _chart(view: TraceView, signal: str, decisions: list[whatif.Decision], theta
         shapes.append({"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": recorded, "y1": recorded,
                        "line": {"color": FIRED, "width": 1.5}})
         annotations.append({"xref": "paper", "x": 1, "y": recorded, "xanchor": "right", "yanchor": "bottom",
-                            "showarrow": False, "text": f"θ = {fmt(recorded)}", "font": {"color": FIRED, "size": 10}})
+                            "showarrow": False, "text": f"{naming.symbol(signal)} = {fmt(recorded)}",
+                            "font": {"color": FIRED, "size": 10}})
     if theta is not None:
         shapes.append({"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": theta, "y1": theta,
                        "line": {"color": WHATIF, "width": 1.5, "dash": "dash"}})
         annotations.append({"xref": "paper", "x": 0, "y": theta, "xanchor": "left", "yanchor": "bottom",
-                            "showarrow": False, "text": f"what-if θ' = {fmt(theta)}",
+                            "showarrow": False, "text": f"what-if {naming.symbol(signal)}' = {fmt(theta)}",
                             "font": {"color": "#b45309", "size": 10}})
     if shade_from is not None:
         shapes.append({"type": "rect", "xref": "x", "yref": "paper", "x0": shade_from - 0.5, "x1": max(x, 1) - 0.5,
@@ -91,7 +110,8 @@ def _chart(view: TraceView, signal: str, decisions: list[whatif.Decision], theta
                  margin={"b": 64 if len(xs) <= 48 else 24})
     unit = checks[0].payload.get("unit", "unit") if checks else "unit"
     alt = (f"Bar chart of {signal} for each {unit} the method checked, {len(xs)} bars in the order checked"
-           + (f"; the threshold θ = {fmt(recorded)}" if isinstance(recorded, (int, float)) else "")
+           + (f"; the threshold {naming.symbol(signal)} = {fmt(recorded)}" if isinstance(recorded, (int, float))
+              else "")
            + (f"; retrieval {', '.join(fired)}" if fired else "; no bar fired")
            + (f"; highest {fmt(max(ys))}" if ys else "") + ". The decisions are listed in words below.")
     return plot(fig, height=260, name="signal", alt=alt)
@@ -127,9 +147,10 @@ def _interval_table(view: TraceView, signal: str) -> str:
             what = ("no retrieval" if iv.fires is None
                     else f"{e.payload.get('unit', 'unit')} {iv.fires} {str(units[iv.fires].get('text', '')).strip()!r}")
             mark = " class=\"rec\"" if iv.fires == e.payload.get("fired") else ""
-            cells.append(f"<li{mark}>θ in ({esc(lo)}, {esc(hi)}): {esc(what)}</li>")
+            cells.append(f"<li{mark}>{naming.symbol(signal)} in ({esc(lo)}, {esc(hi)}): {esc(what)}</li>")
         rows.append(f"<div><b>{naming.event('check', e.id).capitalize()}</b> ({naming.step(e.step)}, "
-                    f"{esc(e.payload.get('unit', 'unit'))}s, fires when value {esc(e.payload.get('compare', '>'))} θ)"
+                    f"{esc(e.payload.get('unit', 'unit'))}s, fires when value {esc(e.payload.get('compare', '>'))} "
+                    f"{naming.symbol(signal)})"
                     f"<ul>{''.join(cells)}</ul></div>")
     return "".join(rows)
 
@@ -140,10 +161,12 @@ def whatif_control(view: TraceView, opts: ViewOptions, signal: str,
     lo, hi, step, recorded = whatif_range
     value = opts.whatif if opts.whatif is not None else recorded
     key = view.key
-    reset = ('<button type="button" class="dre-whatif-reset">Back to the recorded θ</button>'
+    sym = naming.symbol(signal)
+    reset = (f'<button type="button" class="dre-whatif-reset">Back to the recorded {sym}</button>'
              if opts.whatif is not None else "")
     return (f'<div class="dre-viewctl dre-whatif-ctl" data-run="{esc(view.trace.run_id)}">'
-            f'<label for="dre-theta-{key}">What-if θ′ for {esc(signal)} (recorded θ = {esc(fmt(recorded))}):</label> '
+            f'<label for="dre-theta-{key}">What-if {sym}′ for {esc(signal)} (recorded {sym} = {esc(fmt(recorded))}):'
+            '</label> '
             f'<input type="range" id="dre-theta-{key}" class="dre-theta" min="{lo}" max="{hi}" step="{step:.6g}" '
             f'value="{value:.6g}" data-recorded="{recorded:.6g}" '
             f'aria-describedby="dre-theta-help-{key}"> <output for="dre-theta-{key}">{esc(fmt(value))}</output> '

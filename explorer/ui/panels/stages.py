@@ -122,7 +122,8 @@ def render(view: TraceView, opts: ViewOptions) -> str:
             "orange), queries made from a passage, and what those found; dotted edges are classifier calls "
             "(green accepted, red rejected); ringed passages were selected.</p>" + _figure(view))
     if calls and not opts.compact:
-        rows = "".join(f"<tr><td>{' + '.join(esc(i) for i in _pair_ids(c.payload.get('pair')))}</td>"
+        rows = "".join(f'<tr data-classifier="{c.id}"><td>'
+                       f"{' + '.join(esc(i) for i in _pair_ids(c.payload.get('pair')))}</td>"
                        f"<td>{esc(fmt(c.payload.get('probability')))}</td>"
                        f"<td>{badge('accepted', 'ok') if c.payload.get('accepted') else badge('rejected', 'bad')}"
                        "</td></tr>"
@@ -130,6 +131,6 @@ def render(view: TraceView, opts: ViewOptions) -> str:
         body += ('<details><summary>Classifier calls</summary><table class="dre-table"><tr><th>pair</th>'
                  f"<th>probability</th><th></th></tr>{rows}</table></details>")
     for s in view.of_kind("selection"):
-        body += (f'<div class="dre-union"><b>selection</b>: {esc(s.payload.get("reason"))}: '
+        body += (f'<div class="dre-union" data-selection="{s.id}"><b>selection</b>: {esc(s.payload.get("reason"))}: '
                  f'{", ".join(f"<code>{esc(i)}</code>" for i in s.payload.get("passage_ids") or [])}</div>')
     return section("Two-stage retrieval (DR-RAG)", body, panel="stages")

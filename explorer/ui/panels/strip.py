@@ -92,7 +92,8 @@ def _tokens_html(view: TraceView, span: Span, signal: str, lo: float, hi: float,
             kind = view.decision(span.event_id)
             classes.append("forced" if kind == "forced" else "fired")
             verb = "retrieval forced by a fork" if kind == "forced" else "retrieval fired"
-            why = f"{verb}: {trig.get('signal')} = {fmt(trig.get('value'))}, θ = {fmt(trig.get('threshold'))}"
+            why = (f"{verb}: {trig.get('signal')} = {fmt(trig.get('value'))}, "
+                   f"{naming.symbol(trig.get('signal'))} = {fmt(trig.get('threshold'))}")
             flag = (f'<span class="dre-flag" title="{esc(why)}" aria-hidden="true">⚑</span>'
                     f'<span class="dre-sr">({esc(verb)} at the next token)</span>')
         if i in marks:
