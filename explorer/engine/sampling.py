@@ -5,9 +5,11 @@ continuation; its authors get them from a patched vLLM in one batched call. Here
 pre-filled ONCE with batch size 1 (through the engine's prefix cache when it has one), and all rows
 then advance together, one token per forward pass. On plain key/value caches the rows read the
 prompt's states once and keep only their own tokens (:mod:`explorer.engine.shared_prefix`);
-otherwise the prompt's cache is repeated to one row per sample (``DynamicCache.batch_repeat_interleave``;
-on a cache with recurrent state-space layers, an index selection of row 0, which those layers support). Rows stop on their own (end-of-sequence, a stop string, the end of a sentence, the
-token limit); a finished row leaves the batch (``batch_select_indices``), so late steps get cheaper.
+otherwise the prompt's cache is repeated to one row per sample
+(``DynamicCache.batch_repeat_interleave``; on a cache with recurrent state-space layers, an index
+selection of row 0, which those layers support). Rows stop on their own (end-of-sequence, a stop
+string, the end of a sentence, the token limit); a finished row leaves the batch
+(``batch_select_indices``), so late steps get cheaper.
 
 Where "the end" is. The paper reads the hidden state of the ⟨EOS⟩ token and argues that "⟨EOS⟩
 attends to all previous tokens", which only an input position does; the authors' vLLM patch
