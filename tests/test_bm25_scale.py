@@ -245,3 +245,21 @@ def test_the_compiled_search_block_by_block_and_split_over_threads_equals_full_s
                                               parts=parts, block=block)
                 assert rows.tolist() == expected[0].tolist(), (query, k, parts)
                 assert got.tolist() == expected[1].tolist(), (query, k, parts)
+
+
+@pytest.mark.skipif(not bm25_kernel.available(), reason="numba is not installed (requirements.txt installs it)")
+def test_the_compiled_search_loads_at_open_for_the_types_a_mapped_index_passes(demo_retriever) -> None:
+    """The warm-up at open loads the specialisation an index's searches use (read-only mapped postings), so
+    the first search adds none of its own, and it starts once per process."""
+    thread = bm25_kernel.warm_in_background()
+    assert thread is not None and bm25_kernel.warm_in_background() is thread
+    thread.join()
+    compiled = bm25_kernel._compiled
+    assert compiled is not None
+    loaded = len(compiled.signatures)
+    index = demo_retriever.index
+    ids = demo_retriever._term_ids("Lewiston Maineiacs arena")
+    rows, scores = index.top_k(ids, 5, strategy="accumulate")
+    assert len(compiled.signatures) == loaded, "a real search compiled another specialisation than the warm-up's"
+    expected = index.top_k(ids, 5, strategy="full")
+    assert rows.tolist() == expected[0].tolist() and scores.tolist() == expected[1].tolist()

@@ -68,6 +68,9 @@ def _additive(mask: torch.Tensor | None, query: torch.Tensor, key: torch.Tensor)
 def _make_impl(base: str) -> Callable[..., tuple[torch.Tensor, Any]]:
     def attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                   attention_mask: torch.Tensor | None, **kwargs: Any) -> tuple[torch.Tensor, Any]:
+        shared = getattr(module, "_explorer_prefix", None)
+        if shared is not None:  # rows continuing one prompt held once (explorer.engine.shared_prefix)
+            return shared.attend(module, query, key, value, attention_mask, _backend(base, module), **kwargs)
         probe: AttentionProbe | None = getattr(module, "_explorer_probe", None)
         if probe is not None and probe.active:
             mask = _additive(attention_mask, query, key) if base == "sdpa" else attention_mask
@@ -81,6 +84,15 @@ def _make_impl(base: str) -> Callable[..., tuple[torch.Tensor, Any]]:
         return eager_for(module)(module, query, key, value, attention_mask, **kwargs)
 
     return attention
+
+
+def _backend(base: str, module: nn.Module) -> Callable[..., tuple[torch.Tensor, Any]]:
+    """The unprobed attention function of ``base`` for ``module``."""
+    if base == "sdpa":
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward
+    return eager_for(module)
 
 
 def register_implementations() -> None:

@@ -143,6 +143,9 @@ class Engine:
         #: Ids the tokenizer puts before any text (a BOS token). Models trained with one (Gemma,
         #: Llama) degrade without it, so every prompt starts with it; SmolLM2's tokenizer has none.
         self.prefix_ids: list[int] = _special_prefix(self.tokenizer)
+        #: Whether sampled rows read their prompt's keys and values once instead of one copy per row
+        #: (:mod:`explorer.engine.shared_prefix`; None: not checked on this model yet, False: never).
+        self.shares_prefix: bool | None = None
         #: Reuses the states of a prompt's opening shared with a recent prompt (an
         #: :class:`~explorer.engine.prefix_cache.PrefixCache`; None: every prompt is encoded whole).
         self.prefix_cache: Any = None

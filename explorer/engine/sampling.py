@@ -2,11 +2,14 @@
 
 SEAKR's uncertainty needs, for one context, k sampled continuations and one hidden state per
 continuation; its authors get them from a patched vLLM in one batched call. Here the prompt is
-pre-filled ONCE with batch size 1, its KV cache is repeated to one row per sample
+pre-filled ONCE with batch size 1 (through the engine's prefix cache when it has one), and all rows
+then advance together, one token per forward pass. On plain key/value caches the rows read the
+prompt's states once and keep only their own tokens (:mod:`explorer.engine.shared_prefix`);
+otherwise the prompt's cache is repeated to one row per sample
 (``DynamicCache.batch_repeat_interleave``; on a cache with recurrent state-space layers, an index
-selection of row 0, which those layers support), and all rows then advance together, one token per
-forward pass. Rows stop on their own (end-of-sequence, a stop string, the end of a sentence, the
-token limit); a finished row leaves the batch (``batch_select_indices``), so late steps get cheaper.
+selection of row 0, which those layers support). Rows stop on their own (end-of-sequence, a stop
+string, the end of a sentence, the token limit); a finished row leaves the batch
+(``batch_select_indices``), so late steps get cheaper.
 
 Where "the end" is. The paper reads the hidden state of the ⟨EOS⟩ token and argues that "⟨EOS⟩
 attends to all previous tokens", which only an input position does; the authors' vLLM patch
@@ -40,6 +43,7 @@ from typing import Any
 
 import torch
 
+from explorer.engine import shared_prefix
 from explorer.engine.capabilities import holds_recurrent_state, repeat_rows, select_rows
 from explorer.engine.decode import (
     Detokenizer,
@@ -224,20 +228,29 @@ class _Loop:
     def run(self) -> None:
         engine, model, device = self.engine, self.engine.model, self.engine.device
         p = len(self.prompt_ids)
-        cache = engine.new_cache()
+        engine.probe.active = False
+        # The prompt's pass, through the engine's prefix cache when it has one (the contexts of a run share
+        # their instruction and exemplars, and its re-rank contexts their question and rationales too).
+        cache, out = engine._prefill(self.prompt_ids)
         self.recurrent = holds_recurrent_state(cache)
-        out = engine.forward_batch(torch.tensor([self.prompt_ids], device=device), cache)
         self.forward_passes += 1
         batch = list(self.rows)
-        if len(batch) > 1:
+        shared = shared_prefix.for_rows(engine, cache, len(batch), self._positions)
+        if shared is not None:  # the rows read the prompt's states once; their cache holds only their own tokens
+            cache = engine.new_cache()
+        elif len(batch) > 1:
             repeat_rows(cache, len(batch))
         logits = out.logits[:, -1].expand(len(batch), -1)
+        # Columns of the prompt and of every feed; the rows' own cache sees only the feeds' (from column p on).
         mask = torch.ones(len(batch), p, dtype=torch.long, device=device)
+        own = p if shared is not None else 0
         capture = HiddenCapture(model, self.hidden) if self.hidden is not None else None
         if capture is not None:
             self.layer, self.site = capture.layer_index, capture.site
             note_fallback(self.rec, capture)
             capture.__enter__()
+        if shared is not None:
+            shared.__enter__()
         try:
             while batch:
                 if cancelled(self.rec):
@@ -262,7 +275,7 @@ class _Loop:
                 # A recurrent cache never masks (its rows recompute instead), and Mamba mixers would read a
                 # mask longer than the step as padding; without one every row sees all it was fed.
                 out = engine.forward_batch(torch.tensor(inputs, device=device)[:, None], cache,
-                                           attention_mask=None if self.recurrent else mask,
+                                           attention_mask=None if self.recurrent else mask[:, own:],
                                            position_ids=torch.tensor(positions, device=device)[:, None]
                                            if self._positions else None)
                 self.forward_passes += 1
@@ -273,6 +286,8 @@ class _Loop:
                             r.hidden = capture.last[i, -1].clone()
                         r.done = True
         finally:
+            if shared is not None:
+                shared.__exit__(None, None, None)
             if capture is not None:
                 capture.__exit__(None, None, None)
         for r in self.rows:

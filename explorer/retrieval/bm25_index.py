@@ -155,6 +155,8 @@ class BM25Index:
             raise CorpusError("the BM25 index's vocabulary file is cut short (a damaged index)",
                               where=str(self.folder / VOCAB_FILE), fix=_fix_rebuild(self.folder))
         self._terms = _SortedTerms(blob, vocab_offsets)
+        if self.n > FULL_SCORING_UP_TO and bm25_kernel.available():  # its searches use the compiled loop
+            bm25_kernel.warm_in_background()
 
     @property
     def fingerprint(self) -> str:

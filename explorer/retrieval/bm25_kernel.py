@@ -137,11 +137,51 @@ def _part(docs: np.ndarray, scores: np.ndarray, starts: np.ndarray, ends: np.nda
           begin: int, end: int, k: int, block: int) -> tuple[np.ndarray, np.ndarray]:
     global _compiled
     if _compiled is None:
-        _compiled = numba.njit(cache=True, nogil=True)(_top_k_kernel)
+        with _pool_lock:  # one dispatcher: a search during the warm-up waits on the same load (numba's lock)
+            if _compiled is None:
+                _compiled = numba.njit(cache=True, nogil=True)(_top_k_kernel)
     out_rows = np.zeros(k, dtype=np.int64)
     out_scores = np.zeros(k, dtype=np.float32)
     kept = _compiled(docs, scores, starts, ends, order, _buffer(block), begin, end, k, out_rows, out_scores)
     return out_rows[:kept], out_scores[:kept]
+
+
+_warming: threading.Thread | None = None
+_warm_lock = threading.Lock()
+
+
+def warm_up() -> None:
+    """Load the compiled search now, on arrays of the types a search over a mapped index passes.
+
+    numba keeps the compiled loop on disk (``cache=True``), but loading it (and its dispatcher's
+    type resolution) still takes 0.4-0.85 s in a fresh process; done here, the first query does not
+    wait for it. The index's posting arrays are read-only memory maps, which numba types apart from
+    writable arrays, so the warm-up's are read-only too.
+    """
+    if numba is None:
+        return
+    docs = np.arange(4, dtype=np.int32)
+    scores = np.ones(4, dtype=np.float32)
+    for array in (docs, scores):
+        array.flags.writeable = False
+    starts, ends = np.zeros(1, dtype=np.int64), np.full(1, 4, dtype=np.int64)
+    _part(docs, scores, starts, ends, np.zeros(1, dtype=np.int64), 0, 4, 2, BLOCK)
+
+
+def warm_in_background() -> threading.Thread | None:
+    """Start :func:`warm_up` on a daemon thread, once per process (the thread; None without numba).
+
+    An index that searches with the compiled loop calls this when it is opened, so the loop loads
+    while the caller does other work (the model loads, the page opens); a query arriving before it is
+    ready waits only for the rest of the load."""
+    global _warming
+    if numba is None:
+        return None
+    with _warm_lock:
+        if _warming is None:
+            _warming = threading.Thread(target=warm_up, name="bm25-kernel-warm-up", daemon=True)
+            _warming.start()
+        return _warming
 
 
 def _workers(parts: int) -> ThreadPoolExecutor:
