@@ -402,13 +402,19 @@ def _only_the_earlier_file(out: Path) -> None:
     assert [p.name for p in out.parent.iterdir()] == [out.name]  # no temporary file left behind
 
 
-def test_a_full_disk_is_named_and_the_earlier_file_kept(tmp_path, capsys, no_model) -> None:
+def _small_disk(tmp_path: Path, size_kb: int, otherwise: str = "") -> Path:
+    """A tmpfs of ``size_kb`` kB mounted at ``tmp_path/disk`` (the caller unmounts it); skips without mount rights."""
     disk = tmp_path / "disk"
     disk.mkdir()
-    mounted = os.geteuid() == 0 and subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32k", "tmpfs", str(disk)],
-                                                   capture_output=True).returncode == 0
+    mount = ["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(disk)]
+    mounted = os.geteuid() == 0 and subprocess.run(mount, capture_output=True).returncode == 0
     if not mounted:
-        pytest.skip("a small disk to fill needs mount rights (root); the file-size-limit case covers the rest")
+        pytest.skip(f"a small disk to fill needs mount rights (root){otherwise}")
+    return disk
+
+
+def test_a_full_disk_is_named_and_the_earlier_file_kept(tmp_path, capsys, no_model) -> None:
+    disk = _small_disk(tmp_path, 32, "; the file-size-limit case covers the rest")
     try:
         code, text = _convert_over(disk / "demo.jsonl", capsys)
         assert code == 1
@@ -431,12 +437,7 @@ def test_the_app_on_a_full_disk_says_so_and_leaves_no_database_behind(tmp_path, 
     monkeypatch.setattr(logging.getLogger("explorer"), "handlers", list(logging.getLogger("explorer").handlers))
     monkeypatch.setattr(logging.getLogger("explorer"), "level", logging.getLogger("explorer").level)
 
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = os.geteuid() == 0 and subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)],
-                                                   capture_output=True).returncode == 0
-    if not mounted:
-        pytest.skip("a small disk to fill needs mount rights (root)")
+    disk = _small_disk(tmp_path, 64)
     try:
         for free_kb in (40, 4):  # room for the first page only, and for nothing
             (disk / "fill").write_bytes(b"\0" * ((64 - free_kb) * 1024))

@@ -140,12 +140,17 @@ def _title_map_given(path: Path, data: dict) -> DatasetError:
     """A corpus {title: [sentences]} given where questions were expected: say so, and where it goes."""
     first = next(iter(data))
     layout = "{title: [sentence, ...]}" if isinstance(data[first], list) else "{title: text}"
+    return _corpus_given(path, f"one JSON object mapping {len(data):,} titles to their text ({layout}, "
+                               f"first title {str(first)!r:.60})")
+
+
+def _corpus_given(path: Path, what: str) -> DatasetError:
+    """A corpus file given where questions were expected, ``what`` saying how that shows; the fix names both options."""
     as_corpus = usage("corpus", str(path))
     fix = (f"give it as the corpus to search, {as_corpus}, and the questions with {option('dataset') or 'the dataset'}"
            " QUESTION_FILE" if as_corpus else
            "give a question file here (records with 'question' and 'answer'); a corpus is searched, not asked")
-    return DatasetError(f"{path} is a corpus (passage) file, not a question file: one JSON object mapping "
-                        f"{len(data):,} titles to their text ({layout}, first title {str(first)!r:.60})", fix=fix)
+    return DatasetError(f"{path} is a corpus (passage) file, not a question file: {what}", fix=fix)
 
 
 #: How a table's cells may be separated: the one its name says comes first, then the others in use.
@@ -222,17 +227,10 @@ _PASSAGE_KEYS = frozenset({"text", "contents", "passage", "paragraph_text"})
 
 def _corpus_file(path: Path, where: str, record: Any) -> DatasetError | None:
     """A passage file given where questions were expected (a corpus beside its question file): say which is which."""
-    from explorer.options import option, usage
-
     keys = {str(k).lower() for k in record} if isinstance(record, dict) else set()
     if not keys & _PASSAGE_KEYS or keys & {"question", "query", "context", "paragraphs", "ctxs"}:
         return None
-    as_corpus = usage("corpus", str(path))
-    fix = (f"give it as the corpus to search, {as_corpus}, and the questions with {option('dataset') or 'the dataset'}"
-           " QUESTION_FILE" if as_corpus else
-           "give a question file here (records with 'question' and 'answer'); a corpus is searched, not asked")
-    return DatasetError(f"{path} is a corpus (passage) file, not a question file: its records hold passages "
-                        f"({where}: {_keys(record)}) and no question", fix=fix)
+    return _corpus_given(path, f"its records hold passages ({where}: {_keys(record)}) and no question")
 
 
 def _undetected(path: Path, where: str, record: Any) -> DatasetError:
