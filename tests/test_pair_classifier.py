@@ -219,18 +219,22 @@ def test_cli_rejects_a_tiny_limit(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.slow
-def test_full_training_beats_baselines(shared_data: Path, encoder: TextEncoder, tmp_path: Path,
-                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_training_beats_baselines(shared_data: Path, encoder: TextEncoder, tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Half of each dataset (50 + 50 questions, 20 held out): encoding the paragraphs is most of the cost.
+
+    The shipped classifier was trained the same way on all 200 questions; its manifest keeps those
+    held-out scores (F1 0.70 against the min-cosine rule's 0.41)."""
     from explorer.cli import main
 
     out = tmp_path / "model"
-    assert main(["train-classifier", "--data", str(shared_data), "--out", str(out)]) == 0
+    assert main(["train-classifier", "--data", str(shared_data), "--limit", "50", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert f"wrote {out}" in printed and "hotpotqa" in printed and "musique" in printed
     model = PairClassifier.load(out, encoder=encoder)
     metrics = model.metadata["metrics"]
     held, base = metrics["held_out"]["overall"], metrics["baselines"]
-    assert model.metadata["counts"]["questions"] == {"train": 160, "test": 40, "hotpotqa": 100, "musique": 100}
+    assert model.metadata["counts"]["questions"] == {"train": 80, "test": 20, "hotpotqa": 50, "musique": 50}
     # always-negative scores F1 0; the tuned min-cosine rule about 0.4: demand a clear margin over both
     assert held["f1"] >= base["min_cosine"]["overall"]["f1"] + 0.1
     assert held["accuracy"] > base["always_negative"]["overall"]["accuracy"]
