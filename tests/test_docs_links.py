@@ -87,3 +87,9 @@ def test_readme_opens_with_the_two_set_up_commands() -> None:
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     for target in ("run", "test"):
         assert re.search(rf"^{target}:", makefile, re.M), f"Makefile has no `{target}` target"
+
+
+def test_every_docs_page_is_on_the_readme_map() -> None:
+    linked = {(ROOT / t.partition("#")[0]).resolve() for t in _relative_links(ROOT / "README.md")}
+    unlisted = [p.name for p in PAGES[1:] if p.resolve() not in linked]
+    assert not unlisted, f"docs pages missing from README.md's docs map: {unlisted}"
