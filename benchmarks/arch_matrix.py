@@ -1,4 +1,4 @@
-"""Which architectures and attention backends the explorer supports, measured: the README's support table.
+"""Which architectures and attention backends the explorer supports, measured: the support table in docs/models.md.
 
 For each family (a tiny random model from its config, as in tests/test_architectures.py) and each
 backend, the script loads the model, generates with every signal after a prompt longer than any

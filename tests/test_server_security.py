@@ -153,7 +153,7 @@ def test_with_a_login_every_route_is_closed_until_signed_in(locked_app) -> None:
         client.predict("0" * 32, api_name="/fetch_run")
 
 
-#: What answers under --auth before signing in (README, "Security and data safety"): the login page, what
+#: What answers under --auth before signing in (docs/security.md): the login page, what
 #: it loads (Gradio's compiled frontend, fonts and stock theme) and the form's target. Nothing else.
 PUBLIC_UNDER_LOGIN = {("/", "GET"), ("/", "HEAD"), ("/theme.css", "GET"), ("/assets/{path:path}", "GET"),
                       ("/static/{path:path}", "GET"), ("/login", "POST"), ("/login/", "POST")}
