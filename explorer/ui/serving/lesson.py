@@ -11,7 +11,7 @@ already holds). While a decision is asked rather than revealed, followers send t
 the presenter reveals the answer.
 
 These are plain routes of the app's web server (:func:`routes`), behind the same login as the rest
-(:mod:`explorer.ui.guard`). Nothing here is stored: a lesson lives as long as the server, and
+(:mod:`explorer.ui.serving.guard`). Nothing here is stored: a lesson lives as long as the server, and
 lessons idle for :data:`IDLE_SECONDS` are forgotten.
 """
 

@@ -33,11 +33,11 @@ import gradio as gr
 from explorer.errors import ExplorerError, NotFound, check_text, json_problem, parse_json, public_message
 from explorer.store import RunStore
 from explorer.trace import Trace
-from explorer.ui.admission import EVENT_LIMIT, client_of
-from explorer.ui.controller import RunController
-from explorer.ui.controls import RunSpec, build_specs, params
-from explorer.ui.guard import BAD_REQUEST, NOT_FOUND, SERVER_ERROR
-from explorer.ui.jobs import ApiRuns, check_key
+from explorer.ui.page.controls import RunSpec, build_specs, params
+from explorer.ui.runs.controller import RunController
+from explorer.ui.runs.jobs import ApiRuns, check_key
+from explorer.ui.serving.admission import EVENT_LIMIT, client_of
+from explorer.ui.serving.guard import BAD_REQUEST, NOT_FOUND, SERVER_ERROR
 
 log = logging.getLogger("explorer.ui")
 MAX_RUN_ID = 64
@@ -183,7 +183,7 @@ def run_settings(controller: RunController, model: str, question: str, method: s
 
 
 def _summary(trace: Trace) -> dict[str, Any]:
-    from explorer.ui.jobs import summary
+    from explorer.ui.runs.jobs import summary
 
     return summary(trace)
 
@@ -201,7 +201,7 @@ def _run_key(run_id: Any) -> str:
 def fork_plan(run_id: Any, at: Any, retrieval: Any, change: Any, query: Any, params: Any, passages: Any) -> Any:
     """What ``/fork`` forks: the point from ``at`` or ``retrieval``, the change as a kind or JSON plus typed fields."""
     from explorer.forks import ForkPlan
-    from explorer.ui import forking
+    from explorer.ui.runs import forking
 
     point = forking.point_of(at=_text(at, "at", "'7:3'").strip() if retrieval in (None, "", -1) else None,
                              retrieval=retrieval)

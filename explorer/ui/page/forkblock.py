@@ -19,10 +19,10 @@ from typing import Any
 import gradio as gr
 
 from explorer.errors import ExplorerError, public_message
-from explorer.ui import forking
-from explorer.ui.admission import EVENT_LIMIT
-from explorer.ui.controller import RunController, status_html
-from explorer.ui.history import TraceCache
+from explorer.ui.runs import forking
+from explorer.ui.runs.controller import RunController, status_html
+from explorer.ui.runs.history import TraceCache
+from explorer.ui.serving.admission import EVENT_LIMIT
 
 log = logging.getLogger("explorer.ui")
 
@@ -114,7 +114,7 @@ def build(prefix: str) -> ForkControls:
 
 def wire(controls: ForkControls, view: Any, cache: TraceCache, forker: Forker | None) -> None:
     """Fork requests stream the fork beside its parent; open requests show a family member."""
-    from explorer.ui import viewblock
+    from explorer.ui.page import viewblock
 
     outputs = [view.html, view.state, view.run, view.theta, controls.status]
     skip = (gr.skip(), gr.skip(), gr.skip(), gr.skip())

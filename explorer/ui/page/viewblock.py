@@ -6,7 +6,7 @@ view itself, beside what they change (the colour signal above the token strip, t
 beside the decision chart): the page sends their values through a small hidden component
 (``DRE.senders["PREFIX:view"]``) and the view is drawn again. Moving θ' replays the chosen run's
 recorded checks (:mod:`explorer.whatif`) and redraws at once; nothing is generated again. With a
-:class:`~explorer.ui.forkblock.Forker`, tokens and retrieval cards open the fork menu; a fork is
+:class:`~explorer.ui.page.forkblock.Forker`, tokens and retrieval cards open the fork menu; a fork is
 shown beside its parent, and a run with forks shows its family tree.
 """
 
@@ -22,11 +22,11 @@ import gradio as gr
 
 from explorer.errors import ExplorerError
 from explorer.trace import Trace
-from explorer.ui import forkblock
-from explorer.ui.history import TraceCache
+from explorer.ui.page import forkblock
 from explorer.ui.panels.fork import render_family
-from explorer.ui.render import page, render_comparison, render_fork, render_runs, theta_range
-from explorer.ui.view import strip_signals
+from explorer.ui.runs.history import TraceCache
+from explorer.ui.views.render import page, render_comparison, render_fork, render_runs, theta_range
+from explorer.ui.views.view import strip_signals
 
 QUIET: dict[str, Any] = {"show_progress": "hidden", "api_visibility": "private", "queue": False}
 
@@ -61,7 +61,7 @@ class ViewBlock:
     state: Any
     #: The hidden component the view's controls send through.
     control: Any = None
-    #: The fork request, open request and status line (:mod:`~explorer.ui.forkblock`).
+    #: The fork request, open request and status line (:mod:`~explorer.ui.page.forkblock`).
     fork: Any = None
 
 
