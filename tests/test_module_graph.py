@@ -20,7 +20,6 @@ KNOWN_CIRCLES: set[tuple[str, ...]] = {
     ("explorer.retrieval.benchmark", "explorer.retrieval.corpora"),
     ("explorer.engine.batch_jobs", "explorer.engine.batching"),
     ("explorer.methods", "explorer.methods.base", "explorer.methods.resolve"),
-    ("explorer.ui.page.forkblock", "explorer.ui.page.viewblock"),
     ("explorer.methods.seakr.method", "explorer.methods.seakr.reference_loop"),
 }
 
