@@ -58,7 +58,7 @@ axe: node_modules/.package-lock.json
 # The recorded case-study runs the app opens with (assets/gallery): recorded again only when the
 # shipped traces are of another trace version than the explorer writes (or missing).
 gallery: install model
-	$(PY) -m explorer.ui.gallery --if-stale
+	$(PY) -m explorer.ui.runs.gallery --if-stale
 
 run: install model gallery
 	$(PY) app.py

@@ -9,7 +9,7 @@ import sys
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
-from explorer.ui.server import main  # noqa: E402
+from explorer.ui.serving.server import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -75,7 +75,7 @@ SCREEN = {"width": 1280, "height": 720}
 
 
 def measure(setup: tuple[str, ...], repeats: int, work: Path, name: str, screenshot: Path | None = None) -> list[dict]:
-    from explorer.ui import gallery
+    from explorer.ui.runs import gallery
 
     shelf = gallery.load()
     seakr = next(item for item in shelf.items if item.method == "seakr")

@@ -20,12 +20,9 @@ import os
 import socket
 import time
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from explorer.trace import Event, Trace, token_dict_v2, upgrade_events
-
-if TYPE_CHECKING:
-    from explorer.store import RunStore
 
 log = logging.getLogger("explorer.store")
 
@@ -112,6 +109,20 @@ def assemble(head: str, events: list[str], pending: list[dict[str, Any]] | None,
     return trace
 
 
+class RunWriter(Protocol):
+    """What the journal needs of a store (:class:`explorer.store.RunStore` is one); named here so that the
+    store, which reads journals back, and the journal, which writes through the store, need not import
+    each other."""
+
+    def begin_run(self, trace: Trace, *, owner: str, evaluation: str | None = None, dataset: str | None = None,
+                  question_id: str | None = None) -> None: ...
+
+    def checkpoint_run(self, trace: Trace, events: list[Event], pending: list[dict[str, Any]] | None) -> None: ...
+
+    def save(self, trace: Trace, *, evaluation: str | None = None, dataset: str | None = None,
+             question_id: str | None = None) -> str: ...
+
+
 class RunJournal:
     """Writes one run to the store as it happens (pass it to ``run_question(journal=...)``).
 
@@ -120,7 +131,7 @@ class RunJournal:
     tokens arrive.
     """
 
-    def __init__(self, store: RunStore, *, every: float = 1.0, evaluation: str | None = None,
+    def __init__(self, store: RunWriter, *, every: float = 1.0, evaluation: str | None = None,
                  dataset: str | None = None, question_id: str | None = None) -> None:
         self.store = store
         self.every = every

@@ -17,7 +17,7 @@ import pytest
 
 from explorer.errors import ExplorerError
 from explorer.store import RunStore
-from explorer.ui.admission import RunGate, client_of
+from explorer.ui.serving.admission import RunGate, client_of
 
 SHORT = '{"max_length": 8, "fewshot": 0, "answer_tokens": 4}'
 #: sr with one passage: the prompt passes of 30 runs are most of the test's time on a CPU.
@@ -118,9 +118,9 @@ def test_thirty_concurrent_clients_all_get_their_run_and_a_retry_repeats_nothing
 
 
 def retried_after_restart(db: Path, question: str, key: str, client: str) -> str:
-    from explorer.ui.api import run_spec
-    from explorer.ui.controller import RunController, RuntimeHolder
-    from explorer.ui.jobs import ApiRuns
+    from explorer.ui.api.endpoints import run_spec
+    from explorer.ui.runs.controller import RunController, RuntimeHolder
+    from explorer.ui.runs.jobs import ApiRuns
 
     def no_model():
         raise AssertionError("a retried call must not load the model")
@@ -135,9 +135,9 @@ def test_an_idempotency_key_belongs_to_the_caller_that_sent_it(tiny_lm, demo_ret
     """Two callers using the same key: each gets its own run, and neither is refused for the other's request."""
     from explorer.engine.generation import Engine
     from explorer.runtime import Runtime
-    from explorer.ui.api import run_spec
-    from explorer.ui.controller import RunController, RuntimeHolder
-    from explorer.ui.jobs import ApiJob, ApiRuns
+    from explorer.ui.api.endpoints import run_spec
+    from explorer.ui.runs.controller import RunController, RuntimeHolder
+    from explorer.ui.runs.jobs import ApiJob, ApiRuns
 
     runtime = Runtime(engine=Engine(tiny_lm), retriever=demo_retriever, corpus={"name": "demo"})
     runs = ApiRuns(RunController(RunStore(tmp_db), RuntimeHolder(lambda: runtime, describe="tiny")))

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from explorer.ui.api import ENDPOINTS, ForkFacts, ForkSummary, ModelStatus, RunCosts, RunSummary
+from explorer.ui.api.endpoints import ENDPOINTS, ForkFacts, ForkSummary, ModelStatus, RunCosts, RunSummary
 
 
 @pytest.fixture(scope="module")
 def api_info(tmp_path_factory) -> dict:
-    from explorer.ui.app import AppSettings, build_app
+    from explorer.ui.page.app import AppSettings, build_app
 
     db = Path(tmp_path_factory.mktemp("api")) / "runs.sqlite"
     return build_app(AppSettings(db=db, preload=False)).get_api_info()

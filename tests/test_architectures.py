@@ -31,7 +31,7 @@ from explorer.engine.tiny import RECURRENT, WINDOW, WITHOUT_ATTENTION, architect
 from explorer.methods.base import run_question
 from explorer.runtime import Runtime
 from explorer.ui.panels.strip import window_note
-from explorer.ui.view import TraceView
+from explorer.ui.views.view import TraceView
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -107,7 +107,7 @@ def test_model_info_says_what_the_backend_means(tmp_path: Path, capsys: pytest.C
 
 
 def test_attn_option_defaults_to_auto_or_explorer_attn(monkeypatch: pytest.MonkeyPatch) -> None:
-    from explorer.ui import server
+    from explorer.ui.serving import server
 
     base = ["--method", "wo", "--question", "q"]
     monkeypatch.delenv("EXPLORER_ATTN", raising=False)

@@ -429,7 +429,7 @@ def test_the_app_on_a_full_disk_says_so_and_leaves_no_database_behind(tmp_path, 
     that a later start would take for a run database."""
     import logging
 
-    from explorer.ui import server
+    from explorer.ui.serving import server
     from tests.browser_support import free_port
 
     # the server sets its environment and its log's stream (this test's captured stderr): both are put back
@@ -685,7 +685,7 @@ def test_there_are_at_least_sixty_cases() -> None:
 
 
 def test_the_client_sees_only_the_documented_endpoints(client) -> None:
-    from explorer.ui.api import ENDPOINTS
+    from explorer.ui.api.endpoints import ENDPOINTS
 
     described = client.view_api(return_format="dict", print_info=False)
     assert sorted(described["named_endpoints"]) == sorted(ENDPOINTS)

@@ -90,7 +90,7 @@ def test_the_app_counts_compiled_steps_without_breaking_their_graph(monkeypatch)
     every step would recompile every step) nor be left out of the count."""
     from explorer.engine.loader import tiny_random_model
     from explorer.runtime import Runtime
-    from explorer.ui.controller import RuntimeHolder
+    from explorer.ui.runs.controller import RuntimeHolder
 
     monkeypatch.setenv("EXPLORER_COMPILE_BACKEND", "aot_eager")
     torch._dynamo.reset()

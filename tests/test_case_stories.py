@@ -17,9 +17,11 @@ from explorer.engine.embedded import embedded_display_name
 from explorer.eval.scores import answer_verdict, score_trace
 from explorer.paths import PROJECT_ROOT
 from explorer.trace import Trace
-from explorer.ui import case_stories, gallery, links
+from explorer.ui.page import links
 from explorer.ui.panels import case_story
-from explorer.ui.render import render_runs
+from explorer.ui.runs import gallery
+from explorer.ui.views import case_stories
+from explorer.ui.views.render import render_runs
 
 SHELF = gallery.load()
 KEYS = [item.key for item in SHELF.items]

@@ -20,8 +20,9 @@ from explorer.eval.runner import EvalSettings, build_arms, run_evaluation
 from explorer.runtime import open_runtime
 from explorer.store import RunStore
 from explorer.trace import Trace
-from explorer.ui import api, controls
-from explorer.ui.controller import RunController, RuntimeHolder
+from explorer.ui.api import endpoints as api
+from explorer.ui.page import controls
+from explorer.ui.runs.controller import RunController, RuntimeHolder
 from tests.test_eval_runner import canonical as eval_canonical
 
 SETTINGS = {"max_length": 24, "answer_tokens": 4, "fewshot": 2}

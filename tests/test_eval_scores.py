@@ -91,7 +91,7 @@ def test_a_rerun_question_counts_once_preferring_the_complete_run() -> None:
 def test_the_answer_badge_follows_the_normalised_scores_not_the_gold_string() -> None:
     from explorer.eval.scores import answer_verdict
     from explorer.ui.panels import header
-    from explorer.ui.view import TraceView, ViewOptions
+    from explorer.ui.views.view import TraceView, ViewOptions
 
     def verdict(answer: str, answers: list[str], output: str = "", **kw):
         trace = make_trace("sr", answer, answers, **kw)

@@ -19,8 +19,8 @@ from explorer.methods import common, prompts
 from explorer.methods.base import METHODS, Method, method_names, register, run_question
 from explorer.runtime import Runtime
 from explorer.trace import EVENT_SCHEMA, TraceRecorder, register_event_kind
-from explorer.ui.render import render_runs
-from explorer.ui.view import TraceView, strip_signals
+from explorer.ui.views.render import render_runs
+from explorer.ui.views.view import TraceView, strip_signals
 
 QUESTION = "Who lived longer, Alejandro Jodorowsky or Philip Saville?"
 

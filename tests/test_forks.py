@@ -265,7 +265,7 @@ def test_forks_of_forks_keep_their_family(parents, tiny_runtime, tmp_db: Path) -
     assert second.fork["root"] == parent.run_id and second.fork["depth"] == 2 and second.fork["parent"] == first.run_id
     _prefix_is_parents(first, second)
     # The strip marks the fork's own point, not the one it inherited from its parent.
-    from explorer.ui.view import TraceView
+    from explorer.ui.views.view import TraceView
 
     assert TraceView(second).fork_at == second.fork["at"] != first.fork["at"]
     reopened = RunStore(tmp_db)

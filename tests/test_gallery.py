@@ -12,8 +12,8 @@ import pytest
 from explorer.engine.embedded import embedded_display_name
 from explorer.eval.datasets import load_dataset
 from explorer.trace import TRACE_VERSION, Trace
-from explorer.ui import gallery
-from explorer.ui.render import render_runs
+from explorer.ui.runs import gallery
+from explorer.ui.views.render import render_runs
 
 MAX_BYTES = 2 * 2**20
 
@@ -25,7 +25,9 @@ def shelf() -> gallery.Gallery:
 
 def test_every_shipped_trace_validates_against_the_current_trace_version(shelf) -> None:
     index = gallery.read_index()
-    assert index["trace_version"] == TRACE_VERSION, "run `python -m explorer.ui.gallery` to record the gallery again"
+    assert index["trace_version"] == TRACE_VERSION, (
+        "run `python -m explorer.ui.runs.gallery` to record the gallery again"
+    )
     assert shelf.problem == "" and gallery.is_stale() == ""
     for row in index["items"]:
         raw = json.loads((gallery.GALLERY_DIR / row["file"]).read_text(encoding="utf-8"))
@@ -75,7 +77,7 @@ def test_a_gallery_of_another_trace_version_is_reported_stale_not_shown(tmp_path
     (folder / gallery.INDEX).write_text(json.dumps(index), encoding="utf-8")
     stale = gallery.load(folder)
     assert stale.items == [] and f"version {TRACE_VERSION + 1}" in stale.problem
-    assert "python -m explorer.ui.gallery" in gallery.is_stale(folder)
+    assert "python -m explorer.ui.runs.gallery" in gallery.is_stale(folder)
     (folder / gallery.INDEX).unlink()
     assert "missing" in gallery.load(folder).problem
 

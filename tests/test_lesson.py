@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from explorer.ui.lesson import LessonError, Lessons, Position, follow_link, parse_position, qr_data_uri, routes
+from explorer.ui.serving.lesson import LessonError, Lessons, Position, follow_link, parse_position, qr_data_uri, routes
 
 GOOD = {"runs": ["run-a", "run-b"], "view": {"compare": "run-a,run-b"}, "step": 2, "total": 7, "kind": "fired",
         "asking": True, "revealed": False, "choices": ["retrieve", "keep writing"]}
@@ -91,9 +91,9 @@ def test_the_routes_start_move_and_answer_a_lesson() -> None:
 
 
 def test_a_recorded_check_is_asked_by_its_values_and_answered_by_what_it_decided() -> None:
-    from explorer.ui import gallery
     from explorer.ui.panels.decisions import decisions
-    from explorer.ui.view import TraceView
+    from explorer.ui.runs import gallery
+    from explorer.ui.views.view import TraceView
 
     shelf = gallery.load()
     item = next(i for i in shelf.items if i.key == "dragin-dragin")

@@ -253,7 +253,7 @@ def test_each_command_suggests_only_options_it_has(tmp_path: Path, capsys: pytes
 
 
 def test_the_app_loads_a_question_file_as_a_source(tmp_path: Path) -> None:
-    from explorer.ui import questions
+    from explorer.ui.runs import questions
 
     table = tmp_path / "bamboogle.csv"
     table.write_text("Question,Answer\nWho founded the zorblax guild?,Ada Quill\n", encoding="utf-8")

@@ -226,7 +226,7 @@ from explorer.cli import main
 assert main(["eval", "--dataset", "demo", "--methods", "wo", "--limit", "1", "--corpus", "demo", "--model",
              "random:tiny", "--db", {str(tmp_path / 'runs.sqlite')!r}, "--quiet", "--set", "max_length=8"]) == 0
 import app  # the web app's entry point, as `python app.py` imports it
-from explorer.ui.app import AppSettings, build_app
+from explorer.ui.page.app import AppSettings, build_app
 build_app(AppSettings(db=Path({str(tmp_path / 'app.sqlite')!r}), model="embedded", corpus="demo", preload=False))
 loaded = sorted(m for m in sys.modules if m == "ray" or m.startswith("ray."))
 assert not loaded, loaded

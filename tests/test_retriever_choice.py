@@ -17,7 +17,7 @@ from explorer.runtime import runtime_for
 from explorer.store import RunStore
 from explorer.trace import Trace, TraceRecorder
 from explorer.ui.panels import compare, header
-from explorer.ui.view import TraceView, ViewOptions
+from explorer.ui.views.view import TraceView, ViewOptions
 
 SMALL = {"max_length": 8, "answer_tokens": 4, "fewshot": 1}
 PARAPHRASE = "tune about giving up a baby girl"  # shares no word with its passage, Little Green (demo-0106)
@@ -137,9 +137,9 @@ def test_the_command_line_chooses_the_retriever(capsys: pytest.CaptureFixture[st
 
 def test_the_app_runs_with_the_retriever_chosen_beside_the_corpus(engine, tmp_db: Path) -> None:
     from explorer.runtime import Runtime
-    from explorer.ui import controls
-    from explorer.ui.app import AppSettings, _retargeter, build_app
-    from explorer.ui.controller import RunController, RuntimeHolder
+    from explorer.ui.page import controls
+    from explorer.ui.page.app import AppSettings, _retargeter, build_app
+    from explorer.ui.runs.controller import RunController, RuntimeHolder
 
     demo = build_app(AppSettings(db=tmp_db, preload=False, retriever="hybrid"))
     by_id = {c.get("props", {}).get("elem_id"): c for c in demo.config["components"]}

@@ -130,10 +130,10 @@ def test_a_run_of_a_live_process_stays_running(runtime, tmp_db) -> None:
 def test_interrupted_runs_are_read_by_every_reader(runtime, tmp_db) -> None:
     from explorer.eval.scores import score_runs
     from explorer.summary import render_text
-    from explorer.ui import history
-    from explorer.ui.history import TraceCache
-    from explorer.ui.render import render_runs
-    from explorer.ui.viewblock import Shown, after_show
+    from explorer.ui.page.viewblock import Shown, after_show
+    from explorer.ui.runs import history
+    from explorer.ui.runs.history import TraceCache
+    from explorer.ui.views.render import render_runs
 
     store = RunStore(tmp_db)
     done = run_question("sr", QUESTION, runtime, config={"max_length": 8, "fewshot": 1})
@@ -228,8 +228,8 @@ def test_kill_9_during_a_long_run_leaves_it_interrupted_with_its_partial_events(
 
 
 def test_a_nan_threshold_stored_before_it_was_refused_does_not_break_the_what_if_slider(tmp_db) -> None:
-    from explorer.ui.history import TraceCache
-    from explorer.ui.viewblock import theta_update
+    from explorer.ui.page.viewblock import theta_update
+    from explorer.ui.runs.history import TraceCache
     from tests.ui_payloads import hostile_trace
 
     trace = hostile_trace("oldnan0000000000")

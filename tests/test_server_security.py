@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from explorer.errors import ExplorerError, hide_paths, public_message
-from explorer.ui import server
-from explorer.ui.guard import LoginThrottle
+from explorer.ui.serving import server
+from explorer.ui.serving.guard import LoginThrottle
 from tests.browser_support import CHROMIUM, ROOT, start_app
 
 USER, PASSWORD = "alice", "correct-horse-battery"
@@ -111,7 +111,7 @@ def test_without_a_login_no_schema_no_foreign_upload_no_file_outside_the_app(ope
                  "../../../../etc/passwd"):
         status = request(url + "gradio_api/file=" + urllib.parse.quote(path))[0]
         assert status in (403, 404), (path, status)
-    from explorer.ui.report import EXPLORER_JS
+    from explorer.ui.views.report import EXPLORER_JS
 
     assert request(url + "gradio_api/file=" + str(EXPLORER_JS))[0] == 200  # the app's own assets are served
     assert request(url + "gradio_api/info")[0] == 200  # the scripting API stays described for gradio_client
@@ -168,7 +168,7 @@ REFUSED_BEFORE_LOGIN = {("/gradio_api/openapi.json", 404), ("/gradio_api/upload"
 def built_app(tmp_path_factory):
     """The app built in-process as ``python app.py`` builds it, from a corpus and a model given as absolute
     paths (the model is never loaded)."""
-    from explorer.ui.app import AppSettings, build_app
+    from explorer.ui.page.app import AppSettings, build_app
     from tests.browser_support import write_corpus
 
     folder = tmp_path_factory.mktemp("routes")
@@ -183,7 +183,7 @@ def route_table(built_app) -> list[tuple[str, str]]:
     import gradio as gr
     from fastapi.routing import iter_route_contexts
 
-    from explorer.ui.lesson import routes
+    from explorer.ui.serving.lesson import routes
 
     app = gr.routes.App.create_app(built_app, app_kwargs={"docs_url": None, "redoc_url": None, "openapi_url": None,
                                                           "routes": routes(built_app.explorer_lessons)})
@@ -199,7 +199,7 @@ def test_status_names_the_model_and_corpus_without_a_server_path(built_app, tmp_
 
 
 def test_the_page_shows_no_server_path_and_offers_only_the_servers_embedders(built_app, tmp_path_factory) -> None:
-    from explorer.ui.embedders import page_embedder, page_embedders
+    from explorer.ui.runs.embedders import page_embedder, page_embedders
 
     folder = str(tmp_path_factory.getbasetemp())
     boxes = {b.elem_id: b for b in built_app.blocks.values() if getattr(b, "elem_id", None) in ("corpus", "embedder")}
@@ -291,7 +291,7 @@ def test_wrong_passwords_back_off_and_the_right_one_resets(locked_app) -> None:
 
 
 def test_forwarding_headers_count_only_from_named_proxies() -> None:
-    from explorer.ui.forwarding import ForwardedTrust, apply_forwarding, parse_proxies
+    from explorer.ui.serving.forwarding import ForwardedTrust, apply_forwarding, parse_proxies
 
     trust = ForwardedTrust(parse_proxies("10.0.0.0/8, ::1"))
     scope = {"type": "http", "client": ("10.2.3.4", 5), "scheme": "http",
@@ -322,7 +322,7 @@ def test_the_throttle_doubles_its_wait_up_to_a_cap() -> None:
 def test_uploads_are_allowed_only_when_a_component_takes_files() -> None:
     import gradio as gr
 
-    from explorer.ui.guard import needs_uploads, upload_suffixes
+    from explorer.ui.serving.guard import needs_uploads, upload_suffixes
 
     with gr.Blocks() as plain:
         gr.Textbox()
@@ -344,7 +344,7 @@ def multipart(*parts: tuple[str, bytes], boundary: str = "b0undary") -> tuple[by
 
 
 def refused_by_check(body: bytes, content_type: str, chunk: int = 7) -> str | None:
-    from explorer.ui.uploads import UploadCheck, UploadRefused
+    from explorer.ui.serving.uploads import UploadCheck, UploadRefused
 
     check = UploadCheck(content_type, (".jsonl",), limit=1000)
     try:
@@ -373,7 +373,7 @@ def test_a_burst_of_logins_sent_together_gets_no_more_tries_than_one_by_one(lock
     them): the throttle checks and counts each try at once, so only the free tries are judged."""
     import threading
 
-    from explorer.ui.guard import FREE_ATTEMPTS
+    from explorer.ui.serving.guard import FREE_ATTEMPTS
 
     parts = urllib.parse.urlsplit(locked_app.url)
     passwords = ["wrong"] * 59 + [PASSWORD]
@@ -460,7 +460,7 @@ def test_the_port_error_of_a_late_collision_is_the_same_message() -> None:
 
 
 def test_exports_are_owner_only_unique_and_cleaned(tmp_path: Path) -> None:
-    from explorer.ui.history import Exports
+    from explorer.ui.runs.history import Exports
 
     exports = Exports(tmp_path, max_age=60, keep=3)
     first, second = exports.csv("a,b\n"), exports.csv("a,b\n")
@@ -493,8 +493,8 @@ def test_clients_see_no_server_path() -> None:
 def test_a_model_that_failed_to_load_says_fix_once(tmp_path: Path) -> None:
     from explorer.errors import ModelError
     from explorer.store import RunStore
-    from explorer.ui.controller import RunController, RuntimeHolder
-    from explorer.ui.controls import build_specs
+    from explorer.ui.page.controls import build_specs
+    from explorer.ui.runs.controller import RunController, RuntimeHolder
 
     def fail():
         raise ModelError("the GGUF file is truncated or corrupt", where="/models/x.gguf", fix="download it again")
@@ -514,7 +514,7 @@ def test_a_model_that_failed_to_load_says_fix_once(tmp_path: Path) -> None:
 def test_a_plain_http_call_that_leaves_optional_values_out_gets_their_defaults() -> None:
     import inspect
 
-    from explorer.ui.call_defaults import endpoint_of, pad
+    from explorer.ui.api.call_defaults import endpoint_of, pad
 
     defaults = ("", "dragin", "", "{}", "")
     defaults = (inspect.Parameter.empty, *defaults[1:])

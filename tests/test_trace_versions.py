@@ -18,7 +18,7 @@ from explorer.engine.loader import tiny_random_model
 from explorer.methods.base import run_question
 from explorer.runtime import Runtime
 from explorer.trace import TRACE_VERSION, Trace, token_dict_v2
-from explorer.ui.render import render_runs
+from explorer.ui.views.render import render_runs
 
 FIXTURE = Path(__file__).parent / "data" / "trace_v1_dragin_tiny.json"
 VOLATILE = {"run_id", "created_at", "t", "seconds", "wall_time", "total_time", "version"}

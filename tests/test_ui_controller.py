@@ -11,8 +11,10 @@ from explorer.errors import ConfigError, ExplorerError
 from explorer.methods.base import method_names
 from explorer.runtime import Runtime
 from explorer.store import RunStore
-from explorer.ui import controls, history, server, viewblock
-from explorer.ui.controller import RunController, RuntimeHolder
+from explorer.ui.page import controls, viewblock
+from explorer.ui.runs import history
+from explorer.ui.runs.controller import RunController, RuntimeHolder
+from explorer.ui.serving import server
 
 
 @pytest.fixture()
@@ -120,7 +122,7 @@ def test_controls_come_from_the_config_description():
 
 
 def test_benchmark_questions_are_offered_only_when_the_data_is_there(monkeypatch, tmp_path):
-    from explorer.ui import questions
+    from explorer.ui.runs import questions
 
     questions._load.cache_clear()
     monkeypatch.setenv("EXPLORER_DATA", str(tmp_path / "absent"))
@@ -135,7 +137,7 @@ def test_benchmark_questions_are_offered_only_when_the_data_is_there(monkeypatch
 
 @pytest.mark.shared_data
 def test_benchmark_questions_carry_their_gold(shared_data):
-    from explorer.ui import questions
+    from explorer.ui.runs import questions
 
     assert questions.DATASET_PREFIX + "hotpotqa" in questions.sources() and questions.data_note() == ""
     source = questions.DATASET_PREFIX + "hotpotqa"

@@ -9,7 +9,7 @@ import pytest
 from eval_helpers import make_trace, small_evaluation, store_evaluation
 
 from explorer.store import RunStore
-from explorer.ui.evaluations import (
+from explorer.ui.page.evaluations import (
     _escape,
     build_evaluations_tab,
     cell_from_select,

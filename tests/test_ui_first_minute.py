@@ -10,7 +10,7 @@ import pytest
 
 from explorer.store import RunStore
 from explorer.trace import TRACE_VERSION
-from explorer.ui import gallery
+from explorer.ui.runs import gallery
 from tests.browser_support import (
     CHROMIUM,
     browser_context,

@@ -21,9 +21,9 @@ from explorer.methods.base import run_question
 from explorer.runtime import Runtime
 from explorer.store import RunStore
 from explorer.trace import Trace
-from explorer.ui import forking
 from explorer.ui.panels import fork as fork_panel
-from explorer.ui.render import render_comparison, render_fork, render_runs
+from explorer.ui.runs import forking
+from explorer.ui.views.render import render_comparison, render_fork, render_runs
 from tests.ui_payloads import IMG, PAYLOAD, SCRIPT, Elements
 
 QUESTION = "What is the seating capacity of the arena where the Lewiston Maineiacs played their home games?"
@@ -223,7 +223,7 @@ def test_family_tree_escapes_stored_text_and_shows_orphans():
 
 # -- streaming through the controller ------------------------------------------------------------------------
 def test_the_controller_streams_a_fork_beside_its_parent_and_stores_it(family, runtime):
-    from explorer.ui.controller import RunController, RuntimeHolder
+    from explorer.ui.runs.controller import RunController, RuntimeHolder
 
     store, parent, _, _ = family
     holder = RuntimeHolder(lambda: runtime, describe="tiny model")
@@ -254,7 +254,7 @@ def test_render_runs_marks_a_parent_shown_beside_its_running_fork(family):
 
 def test_the_fork_panels_link_to_their_help_paragraphs(family):
     from explorer.paths import ASSETS_DIR
-    from explorer.ui.html import HELP_ANCHORS
+    from explorer.ui.views.html import HELP_ANCHORS
 
     store, parent, child, _ = family
     help_text = (ASSETS_DIR / "help.md").read_text(encoding="utf-8")
@@ -266,7 +266,7 @@ def test_the_fork_panels_link_to_their_help_paragraphs(family):
 
 
 def test_a_fork_on_another_model_is_refused_with_the_reason_not_a_traceback(family, runtime):
-    from explorer.ui.controller import RunController, RuntimeHolder
+    from explorer.ui.runs.controller import RunController, RuntimeHolder
 
     store, parent, _, _ = family
     other = dataclasses.replace(copy.deepcopy(parent), model={**parent.model, "name": "another-model"})

@@ -11,8 +11,8 @@ from explorer.errors import ConfigError
 from explorer.methods.base import get_method, method_names, run_question
 from explorer.runtime import Runtime
 from explorer.store import RunStore
-from explorer.ui import controls, form
-from explorer.ui.controller import RunController, RuntimeHolder
+from explorer.ui.page import controls, form
+from explorer.ui.runs.controller import RunController, RuntimeHolder
 
 QUESTION = "Who lived longer, Alejandro Jodorowsky or Philip Saville?"
 EMBEDDED = controls.model_name("embedded")

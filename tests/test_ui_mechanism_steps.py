@@ -16,10 +16,12 @@ import pytest
 from explorer import whatif
 from explorer.errors import ExplorerError
 from explorer.store import RunStore
-from explorer.ui import case_stories, gallery, history, links, report, run_tab
+from explorer.ui.page import links, run_tab
 from explorer.ui.panels import decisions
-from explorer.ui.render import render_comparison, render_runs
-from explorer.ui.view import TraceView
+from explorer.ui.runs import gallery, history
+from explorer.ui.views import case_stories, report
+from explorer.ui.views.render import render_comparison, render_runs
+from explorer.ui.views.view import TraceView
 
 SHELF = gallery.load()
 

@@ -11,9 +11,9 @@ import pytest
 from explorer.engine.embedded import embedded_display_name
 from explorer.methods.base import method_names
 from explorer.store import RunStore
-from explorer.ui import gallery
 from explorer.ui.panels import decisions
-from explorer.ui.view import TraceView
+from explorer.ui.runs import gallery
+from explorer.ui.views.view import TraceView
 from tests.browser_support import (
     AXE,
     CHROMIUM,

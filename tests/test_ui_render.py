@@ -7,10 +7,10 @@ import json
 import re
 
 from explorer.trace import Event, Trace
-from explorer.ui import report
 from explorer.ui.panels import compare
-from explorer.ui.render import render_comparison, render_run, render_runs
-from explorer.ui.view import TraceView, ViewOptions
+from explorer.ui.views import report
+from explorer.ui.views.render import render_comparison, render_run, render_runs
+from explorer.ui.views.view import TraceView, ViewOptions
 from tests.ui_payloads import IMG, PAYLOAD, SCRIPT, Elements, hostile_trace
 
 

@@ -13,11 +13,13 @@ from explorer.errors import ExplorerError
 from explorer.store import RunStore
 from explorer.summary import render_text
 from explorer.trace import TokenSignal, Trace, TraceRecorder
-from explorer.ui import forking, gallery, history, links, report
-from explorer.ui.evaluations import build_evaluations_tab
+from explorer.ui.page import links
+from explorer.ui.page.evaluations import build_evaluations_tab
 from explorer.ui.panels import decisions
-from explorer.ui.render import render_run
-from explorer.ui.view import TraceView, ViewOptions
+from explorer.ui.runs import forking, gallery, history
+from explorer.ui.views import report
+from explorer.ui.views.render import render_run
+from explorer.ui.views.view import TraceView, ViewOptions
 from tests.ui_payloads import Elements, hostile_trace
 
 WORDS = [" The", " arena", " is", " in", " Lewiston", "."]

@@ -407,30 +407,8 @@ def measure(data_dir: Path, *, methods: Sequence[str] = DEFAULT_METHODS, ks: Seq
         d = r.describe()  # type: ignore[attr-defined]
         report.retrievers[name] = {k: d.get(k) for k in ("retriever", "embedder", "index_type", "index_fingerprint",
                                                          "fusion")}
-    wanted = [m for m in STRATEGIES if m in methods]
-    heldout: set[str] = set()
-    if any(m in ("cis", "cfs") for m in wanted):
-        from explorer.methods.drrag.method import load_classifier
-
-        clf, where = load_classifier(classifier_path or None)
-        if clf is None:
-            report.skipped.append(f"CIS and CFS: no trained pair classifier at {where} "
-                                  "(python -m explorer train-classifier)")
-            wanted = [m for m in wanted if m not in ("cis", "cfs")]
-        else:
-            chosen = clf.metadata.get("metrics", {}).get("chosen", {})
-            held = clf.metadata.get("metrics", {}).get("held_out", {}).get("overall", {})
-            report.classifier = {"path": str(where), "model": chosen.get("model"), "threshold": clf.threshold,
-                                 "held_out_f1": held.get("f1"), "held_out_accuracy": held.get("accuracy"),
-                                 "encoder": clf.metadata.get("encoder")}
-            # The classifier learnt from these very question sets: its held-out questions are scored apart.
-            heldout = set(clf.metadata.get("test_question_ids", []))
-            report.heldout_counts = dict(Counter(i.dataset for i in items if i.qid in heldout))
-            dense = retrievers.get("dense")
-            if (dense is not None and dense.encoder is clf.encoder and dense.matrix is not None
-                    and not any(clf.encoder.prompts().values())):
-                clf.encoder.remember([p.as_context() for p in dense.corpus.passages], dense.matrix)
-            _encode_all(clf.encoder, bm25, items, say)
+    wanted, heldout = _use_classifier(report, [m for m in STRATEGIES if m in methods], classifier_path,
+                                      retrievers, bm25, items, say)
     blend_limit = blend_limit if blend_limit is not None else limit
     plan = [(method, base) for method in wanted for base in ([TOP_K_BASE[method]] if method in TOP_K else bases)]
     blend_items = [i for name in report.order for i in [x for x in items if x.dataset == name][:blend_limit]]
@@ -481,6 +459,39 @@ def measure(data_dir: Path, *, methods: Sequence[str] = DEFAULT_METHODS, ks: Seq
     checkpoint.close(complete=True)
     report.checkpoint = None
     return report
+
+
+def _use_classifier(report: Report, wanted: list[str], classifier_path: str, retrievers: dict[str, Any],
+                    bm25: Retriever, items: list[Item], say: Progress) -> tuple[list[str], set[str]]:
+    """The strategies that can run and the held-out question ids, once DR-RAG's pair classifier is loaded.
+
+    Without a trained classifier CIS and CFS are skipped (and the report says why); with one, the questions it
+    learnt from are scored apart from the ones it never saw."""
+    heldout: set[str] = set()
+    if not any(m in ("cis", "cfs") for m in wanted):
+        return wanted, heldout
+    from explorer.methods.drrag.method import load_classifier
+
+    clf, where = load_classifier(classifier_path or None)
+    if clf is None:
+        report.skipped.append(f"CIS and CFS: no trained pair classifier at {where} "
+                              "(python -m explorer train-classifier)")
+        wanted = [m for m in wanted if m not in ("cis", "cfs")]
+    else:
+        chosen = clf.metadata.get("metrics", {}).get("chosen", {})
+        held = clf.metadata.get("metrics", {}).get("held_out", {}).get("overall", {})
+        report.classifier = {"path": str(where), "model": chosen.get("model"), "threshold": clf.threshold,
+                             "held_out_f1": held.get("f1"), "held_out_accuracy": held.get("accuracy"),
+                             "encoder": clf.metadata.get("encoder")}
+        # The classifier learnt from these very question sets: its held-out questions are scored apart.
+        heldout = set(clf.metadata.get("test_question_ids", []))
+        report.heldout_counts = dict(Counter(i.dataset for i in items if i.qid in heldout))
+        dense = retrievers.get("dense")
+        if (dense is not None and dense.encoder is clf.encoder and dense.matrix is not None
+                and not any(clf.encoder.prompts().values())):
+            clf.encoder.remember([p.as_context() for p in dense.corpus.passages], dense.matrix)
+        _encode_all(clf.encoder, bm25, items, say)
+    return wanted, heldout
 
 
 def _measure_one(retriever: Retriever, method: str, item: Item, k: int, k2: int,

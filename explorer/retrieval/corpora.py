@@ -250,16 +250,21 @@ def resolve_corpus_path(path_or_name: str | Path) -> tuple[str, Path]:
     fetched = fetched_corpus(spec) if not path.exists() and "/" not in spec else None
     if fetched is not None:
         return fetched
-    if path.is_symlink() and not path.exists():
-        from explorer.outputs import missing_reason
-
-        raise CorpusError(f"the corpus path {missing_reason(path)}", where=str(path),
-                          fix="correct or remove the link, or give the corpus file itself")
+    refuse_broken_link(path)
     if not path.exists():
         raise CorpusError(f"no corpus named '{spec}' and no such file or folder", where="corpus",
                           fix=f"use one of {', '.join(NAMED_CORPORA)}, or the path of a corpus file or folder "
                               f"({', '.join(FORMATS)})")
     return (path.name if path.is_dir() else path.name.split(".")[0]) or str(path), path.resolve()
+
+
+def refuse_broken_link(path: Path) -> None:
+    """A corpus path that is a link to nothing is refused by name, before it reads as "no such corpus"."""
+    if path.is_symlink() and not path.exists():
+        from explorer.outputs import missing_reason
+
+        raise CorpusError(f"the corpus path {missing_reason(path)}", where=str(path),
+                          fix="correct or remove the link, or give the corpus file itself")
 
 
 def fetched_corpus(spec: str) -> tuple[str, Path] | None:

@@ -42,6 +42,7 @@ from explorer.paths import cache_dir, portable_path
 from explorer.retrieval.base import Hit, Passage
 from explorer.retrieval.corpora import Corpus
 from explorer.retrieval.embeddings import TextEncoder, model_fingerprint
+from explorer.retrieval.faiss_loader import faiss_module
 from explorer.retrieval.index_cache import load_stored, store_folder
 
 Progress = Callable[[str], None]
@@ -84,15 +85,6 @@ class DenseParams:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}", where=name)
         if self.nlist < 0:
             raise ConfigError(f"nlist must be 0 (automatic) or more, got {self.nlist}", where="nlist")
-
-
-def faiss_module() -> Any | None:
-    """faiss if it is installed, else None (exact search still works for small corpora)."""
-    try:
-        import faiss
-    except ImportError:
-        return None
-    return faiss
 
 
 def dense_key(corpus: Corpus, encoder: TextEncoder) -> str:

@@ -188,7 +188,7 @@ def ivfpq_shape(n: int, dim: int, nlist: int = 0) -> tuple[int, int, int]:
 def build_ivfpq(folder: Path, plan: ShardPlan, dim: int, key: str, *, nlist: int = 0,
                 progress: Progress | None = None) -> Path:
     """The IVF-PQ index of the shards in ``folder`` (kept if built before for the same key)."""
-    from explorer.retrieval.dense import faiss_module
+    from explorer.retrieval.faiss_loader import faiss_module
 
     faiss = faiss_module()
     target = folder / IVFPQ_FILE
@@ -230,7 +230,7 @@ def build_ivfpq(folder: Path, plan: ShardPlan, dim: int, key: str, *, nlist: int
 
 def open_ivfpq(path: Path, nprobe: int) -> Any:
     """The index opened memory-mapped (its inverted lists stay on disk until a query reads them)."""
-    from explorer.retrieval.dense import faiss_module
+    from explorer.retrieval.faiss_loader import faiss_module
 
     faiss = faiss_module()
     index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)

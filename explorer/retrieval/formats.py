@@ -289,25 +289,25 @@ def context_record(where: str, record: Any) -> Iterator[Document]:
 _MUSIQUE_FIX = "use the official MuSiQue format: paragraphs = [{title, paragraph_text, is_supporting}, ...]"
 
 
-def musique_record(where: str, record: Any) -> Iterator[Document]:
-    paragraphs = _need(record, "paragraphs", list, where, "", _MUSIQUE_FIX)
-    for i, para in enumerate(paragraphs):
-        path = f".paragraphs[{i}]"
-        title = _need(para, "title", str, where, path, _MUSIQUE_FIX)
-        text = _need(para, "paragraph_text", str, where, path, _MUSIQUE_FIX)
+def _titled_paragraphs(record: Any, where: str, key: str, text_key: str, fix: str) -> Iterator[Document]:
+    """The documents of a record's list ``key`` of ``{title, <text_key>}`` objects, each checked where it stands."""
+    items = _need(record, key, list, where, "", fix)
+    for i, item in enumerate(items):
+        path = f".{key}[{i}]"
+        title = _need(item, "title", str, where, path, fix)
+        text = _need(item, text_key, str, where, path, fix)
         yield paragraph_document(title, text, f"{where} {path}")
+
+
+def musique_record(where: str, record: Any) -> Iterator[Document]:
+    yield from _titled_paragraphs(record, where, "paragraphs", "paragraph_text", _MUSIQUE_FIX)
 
 
 _NQ_FIX = "use the NQ-open oracle format: ctxs = [{title, text}, ...]"
 
 
 def ctxs_record(where: str, record: Any) -> Iterator[Document]:
-    ctxs = _need(record, "ctxs", list, where, "", _NQ_FIX)
-    for i, ctx in enumerate(ctxs):
-        path = f".ctxs[{i}]"
-        title = _need(ctx, "title", str, where, path, _NQ_FIX)
-        text = _need(ctx, "text", str, where, path, _NQ_FIX)
-        yield paragraph_document(title, text, f"{where} {path}")
+    yield from _titled_paragraphs(record, where, "ctxs", "text", _NQ_FIX)
 
 
 SHAPE_READERS: dict[str, Callable[[str, Any], Iterator[Document]]] = {

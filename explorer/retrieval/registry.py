@@ -29,7 +29,7 @@ from explorer.errors import CorpusError
 from explorer.retrieval.base import Retriever
 from explorer.retrieval.bm25 import BM25Params, BM25Retriever
 from explorer.retrieval.choice import RetrieverConfig, retriever_config
-from explorer.retrieval.corpora import NAMED_CORPORA, load_corpus, source_stamp
+from explorer.retrieval.corpora import NAMED_CORPORA, load_corpus, refuse_broken_link, source_stamp
 from explorer.retrieval.formats import FORMATS
 from explorer.retrieval.tokenizer import TokenizerSettings
 
@@ -54,11 +54,7 @@ def _source_of(spec: str, progress: Progress | None) -> tuple[str, Path | None]:
         fetched = fetched_corpus(spec)  # 'wikipedia', 'hotpotqa': a fetched file, or an error saying how to fetch it
         if fetched is not None:
             return fetched
-    if path.is_symlink() and not path.exists():
-        from explorer.outputs import missing_reason
-
-        raise CorpusError(f"the corpus path {missing_reason(path)}", where=str(path),
-                          fix="correct or remove the link, or give the corpus file itself")
+    refuse_broken_link(path)
     if not path.exists():
         raise CorpusError(f"no corpus named '{spec}' and no such file or folder",
                           fix=f"use {' or '.join(repr(n) for n in NAMED_CORPORA)}, or the path of a corpus file or "

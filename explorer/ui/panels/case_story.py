@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 
-from explorer.ui.case_stories import Caption
-from explorer.ui.html import esc, help_link
+from explorer.ui.views.case_stories import Caption
+from explorer.ui.views.html import esc, help_link
 
 #: The caption's first line: whether the run reproduces the paper, by how many of its steps hold.
 REPRODUCES = {"all": "yes", "some": "partly", "no": "no", "none": "a baseline, nothing to reproduce"}

@@ -11,10 +11,10 @@ import difflib
 
 from explorer import naming
 from explorer.trace import Trace
-from explorer.ui.html import badge, esc, fmt, section, short
 from explorer.ui.panels import costs
 from explorer.ui.panels.header import changed_settings, retriever_label
-from explorer.ui.view import TraceView
+from explorer.ui.views.html import badge, esc, fmt, section, short
+from explorer.ui.views.view import TraceView
 
 
 def word_diff(a: str, b: str) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from plotly.subplots import make_subplots
 
 from explorer.trace import Trace
-from explorer.ui.html import esc, fmt, plot, plot_text, section
+from explorer.ui.views.html import esc, fmt, plot, plot_text, section
 
 METRICS = (
     ("retrievals", "retrievals"),

@@ -19,9 +19,9 @@ from typing import Any
 from explorer import naming
 from explorer.eval.metrics import exact_match
 from explorer.trace import Event
-from explorer.ui.html import esc, fmt, section, short
 from explorer.ui.panels.predict import Question, check_question, retrieval_question
-from explorer.ui.view import TraceView, ViewOptions
+from explorer.ui.views.html import esc, fmt, section, short
+from explorer.ui.views.view import TraceView, ViewOptions
 
 
 @dataclass

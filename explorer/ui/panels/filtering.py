@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from explorer import naming
-from explorer.ui.html import badge, esc, section, short
-from explorer.ui.view import TraceView, ViewOptions
+from explorer.ui.views.html import badge, esc, section, short
+from explorer.ui.views.view import TraceView, ViewOptions
 
 
 def kept_ids(payload: dict[str, Any]) -> set[str]:

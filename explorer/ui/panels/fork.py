@@ -14,7 +14,7 @@ from explorer import naming
 from explorer.forks import ForkChange, ForkPoint
 from explorer.forks.diff import DiffOp, ForkDiff, diff_runs, fork_marker
 from explorer.trace import Trace
-from explorer.ui.html import badge, esc, fmt, section, short
+from explorer.ui.views.html import badge, esc, fmt, section, short
 
 
 def is_fork_of(child: Trace, parent: Trace) -> bool:

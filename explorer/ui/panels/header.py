@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from explorer.eval.scores import answer_verdict
-from explorer.ui.html import badge, esc, fmt
-from explorer.ui.view import TraceView, ViewOptions
+from explorer.ui.views.html import badge, esc, fmt
+from explorer.ui.views.view import TraceView, ViewOptions
 
 
 def _defaults(method: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from explorer import naming
-from explorer.ui.html import fmt, short
+from explorer.ui.views.html import fmt, short
 
 RETRIEVE, KEEP = "retrieve", "keep writing"
 YES, NO = "yes", "no"

@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from explorer import naming
-from explorer.ui.html import esc, fmt, heat, section, short
-from explorer.ui.view import TraceView, ViewOptions
+from explorer.ui.views.html import esc, fmt, heat, section, short
+from explorer.ui.views.view import TraceView, ViewOptions
 
 
 def _qfs(candidates: list[dict[str, Any]]) -> str:

@@ -8,8 +8,8 @@ are marked, so a reader sees at once whether the right evidence came back.
 from __future__ import annotations
 
 from explorer import naming
-from explorer.ui.html import badge, esc, fmt, section, short
-from explorer.ui.view import TraceView, ViewOptions
+from explorer.ui.views.html import badge, esc, fmt, section, short
+from explorer.ui.views.view import TraceView, ViewOptions
 
 
 def _hit(hit: dict, gold: set[str], compact: bool) -> str:

@@ -16,8 +16,8 @@ from typing import Any
 import plotly.graph_objects as go
 
 from explorer import naming, whatif
-from explorer.ui.html import esc, figure, fmt, plot, plot_text, section
-from explorer.ui.view import TraceView, ViewOptions, strip_signals
+from explorer.ui.views.html import esc, figure, fmt, plot, plot_text, section
+from explorer.ui.views.view import TraceView, ViewOptions, strip_signals
 
 FIRED, WHATIF, ELIGIBLE, OTHER = "#dc2626", "#f59e0b", "#2563eb", "#cbd5e1"
 

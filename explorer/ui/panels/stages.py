@@ -14,8 +14,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from explorer.ui.html import badge, esc, figure, fmt, plot, plot_text, section
-from explorer.ui.view import TraceView, ViewOptions
+from explorer.ui.views.html import badge, esc, figure, fmt, plot, plot_text, section
+from explorer.ui.views.view import TraceView, ViewOptions
 
 PARENT_KEYS = ("anchor", "passage_id", "passage", "from_passage", "parent", "doc_id")
 

@@ -12,8 +12,8 @@ from typing import Any
 
 from explorer import naming, whatif
 from explorer.engine.token_signals import registry
-from explorer.ui.html import esc, fmt, heat, section
-from explorer.ui.view import Span, TraceView, ViewOptions, strip_signals
+from explorer.ui.views.html import esc, fmt, heat, section
+from explorer.ui.views.view import Span, TraceView, ViewOptions, strip_signals
 
 
 def _scale(view: TraceView, signal: str) -> tuple[float, float]:

@@ -15,8 +15,8 @@ from typing import Any
 import plotly.graph_objects as go
 
 from explorer import naming
-from explorer.ui.html import esc, figure, fmt, plot, plot_text, section
-from explorer.ui.view import TraceView, ViewOptions
+from explorer.ui.views.html import esc, figure, fmt, plot, plot_text, section
+from explorer.ui.views.view import TraceView, ViewOptions
 
 U_KEYS = ("uncertainty", "u", "U", "value")
 

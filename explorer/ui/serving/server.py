@@ -171,7 +171,7 @@ def parse_auth(text: str | None) -> tuple[str, str] | None:
 
 def parse_proxies(text: str | None) -> tuple:
     """The proxies of ``--forwarded-allow-ips``, refused with the bad entry named."""
-    from explorer.ui.forwarding import parse_proxies as parse
+    from explorer.ui.serving.forwarding import parse_proxies as parse
 
     try:
         return parse(text)
@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
             print(warning, file=sys.stderr, flush=True)
         server_log()
         os.environ.setdefault("GRADIO_TEMP_DIR", str(private_temp_dir()))  # before any component exists
-        from explorer.ui.app import AppSettings, build_app, launch
+        from explorer.ui.page.app import AppSettings, build_app, launch
 
         demo = build_app(AppSettings(db=Path(args.db), model=args.model, corpus=args.corpus, preload=not args.lazy,
                                      prefix_cache=args.prefix_cache, concurrent_runs=args.concurrent_runs,

@@ -1,6 +1,6 @@
 """Runs asked for through ``/run``: queued, run to the end whatever the caller does, found again by key.
 
-A call takes a place in the app's line (:class:`~explorer.ui.admission.RunGate`) and gets a job
+A call takes a place in the app's line (:class:`~explorer.ui.serving.admission.RunGate`) and gets a job
 that runs in its own thread: the call only watches it, reporting its place in line and an
 estimate while it waits and the run id once it runs. So a caller whose connection drops, or whose
 client gives up, loses nothing: the run completes and is stored. With an idempotency key the
@@ -9,7 +9,7 @@ call can be repeated: a key is bound to the run it made in the run database (tab
 returns that run, waits for it while it is still going in this process, and never starts a
 second one. A key reused for a different request is refused.
 
-A key belongs to the caller that sent it (:func:`~explorer.ui.admission.client_of`: the login, else
+A key belongs to the caller that sent it (:func:`~explorer.ui.serving.admission.client_of`: the login, else
 the client's session): another caller's same key is another key, so one caller can neither be
 handed another's run nor learn, from a refusal, which keys others have used.
 """
@@ -25,8 +25,8 @@ from typing import Any
 
 from explorer.errors import ExplorerError
 from explorer.trace import Costs, Trace
-from explorer.ui.admission import Ticket, wait_text
-from explorer.ui.controls import RunSpec
+from explorer.ui.page.controls import RunSpec
+from explorer.ui.serving.admission import Ticket, wait_text
 
 #: Longest idempotency key accepted (a UUID is 36 characters).
 MAX_KEY = 128

@@ -19,7 +19,7 @@ from typing import Any
 from explorer.errors import ExplorerError
 from explorer.store import RunStore
 from explorer.trace import Trace
-from explorer.ui import report
+from explorer.ui.views import report
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2})?)?$")
 ALL = "all"

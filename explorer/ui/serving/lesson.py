@@ -11,7 +11,7 @@ already holds). While a decision is asked rather than revealed, followers send t
 the presenter reveals the answer.
 
 These are plain routes of the app's web server (:func:`routes`), behind the same login as the rest
-(:mod:`explorer.ui.guard`). Nothing here is stored: a lesson lives as long as the server, and
+(:mod:`explorer.ui.serving.guard`). Nothing here is stored: a lesson lives as long as the server, and
 lessons idle for :data:`IDLE_SECONDS` are forgotten.
 """
 
@@ -294,6 +294,47 @@ def reachable_from_elsewhere(link: str) -> bool:
 
 
 # -- the routes -------------------------------------------------------------------------------------
+async def _json_body(request: Any) -> Any:
+    """A request's JSON body, refused past :data:`MAX_BODY` bytes or when it is not JSON."""
+    raw = b""
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > MAX_BODY:
+            raise LessonError("the request is too large", status=413)
+    try:
+        return json.loads(raw or b"{}")
+    except ValueError:
+        raise LessonError("the request is not JSON") from None
+
+
+def _refused(exc: LessonError) -> Any:
+    """The JSON answer to a refused lesson request, with the refusal's status."""
+    from starlette.responses import JSONResponse
+
+    return JSONResponse({"error": str(exc)}, status_code=exc.status, headers={"cache-control": "no-store"})
+
+
+async def _stream(lesson: Lesson, presenter: bool, voter: str | None) -> AsyncIterator[str]:
+    """A page's event stream: a hello with its voter token, the position at each change, a keep-alive between."""
+    if not presenter:
+        lesson.follow(1)  # the presenter's count of followers changes
+    try:
+        yield f"event: hello\ndata: {json.dumps({'voter': voter, 'presenter': presenter})}\n\n"
+        sent = None
+        while True:
+            now = json.dumps(lesson.view_for(presenter), separators=(",", ":"))
+            if now != sent:
+                sent = now
+                yield f"data: {now}\n\n"
+            version = lesson.version
+            await lesson.changed(KEEPALIVE)
+            if lesson.version == version:
+                yield ": still here\n\n"
+    finally:
+        if not presenter:
+            lesson.follow(-1)
+
+
 def routes(lessons: Lessons) -> list[Any]:
     """The lesson routes, for the app's web server (added in front of Gradio's own)."""
     from starlette.concurrency import run_in_threadpool
@@ -301,48 +342,34 @@ def routes(lessons: Lessons) -> list[Any]:
     from starlette.responses import JSONResponse, Response, StreamingResponse
     from starlette.routing import Route
 
-    async def body(request: Request) -> Any:
-        raw = b""
-        async for chunk in request.stream():
-            raw += chunk
-            if len(raw) > MAX_BODY:
-                raise LessonError("the request is too large", status=413)
-        try:
-            return json.loads(raw or b"{}")
-        except ValueError:
-            raise LessonError("the request is not JSON") from None
-
-    def refused(exc: LessonError) -> JSONResponse:
-        return JSONResponse({"error": str(exc)}, status_code=exc.status, headers={"cache-control": "no-store"})
-
     async def start(request: Request) -> Response:
         """Open (or, with the key a reloaded page kept, resume) the presenter's lesson."""
         try:
-            data = await body(request)
+            data = await _json_body(request)
             data = data if isinstance(data, dict) else {}
             lesson = lessons.start(data.get("key"), data.get("code"))
             link = follow_link(str(data.get("page") or ""), lesson.code)
         except LessonError as exc:
-            return refused(exc)
+            return _refused(exc)
         return JSONResponse({"code": lesson.code, "key": lesson.key, "link": link, "qr": qr_data_uri(link),
                              "reachable": reachable_from_elsewhere(link), **lesson.view_for(True)},
                             headers={"cache-control": "no-store"})
 
     async def position(request: Request) -> Response:
         try:
-            data = await body(request)
+            data = await _json_body(request)
             data = data if isinstance(data, dict) else {}
             lesson = lessons.presenting(request.path_params["code"], data.get("key"))
             known = lessons.known
             checked = await run_in_threadpool(parse_position, data.get("position"), known)
             lesson.move(checked)
         except LessonError as exc:
-            return refused(exc)
+            return _refused(exc)
         return JSONResponse({"version": lesson.version, **lesson.view_for(True)}, headers={"cache-control": "no-store"})
 
     async def answer(request: Request) -> Response:
         try:
-            data = await body(request)
+            data = await _json_body(request)
             data = data if isinstance(data, dict) else {}
             lesson = lessons.get(request.path_params["code"])
             step = data.get("step")
@@ -350,7 +377,7 @@ def routes(lessons: Lessons) -> list[Any]:
                 raise LessonError("step must be a whole number")
             lesson.answer(str(data.get("voter") or ""), step, str(data.get("choice") or ""))
         except LessonError as exc:
-            return refused(exc)
+            return _refused(exc)
         return JSONResponse({"ok": True}, headers={"cache-control": "no-store"})
 
     async def events(request: Request) -> Response:
@@ -360,28 +387,9 @@ def routes(lessons: Lessons) -> list[Any]:
             presenter = lesson.is_key(request.query_params.get("key"))
             voter = None if presenter else lesson.join()
         except LessonError as exc:
-            return refused(exc)
+            return _refused(exc)
 
-        async def stream() -> AsyncIterator[str]:
-            if not presenter:
-                lesson.follow(1)  # the presenter's count of followers changes
-            try:
-                yield f"event: hello\ndata: {json.dumps({'voter': voter, 'presenter': presenter})}\n\n"
-                sent = None
-                while True:
-                    now = json.dumps(lesson.view_for(presenter), separators=(",", ":"))
-                    if now != sent:
-                        sent = now
-                        yield f"data: {now}\n\n"
-                    version = lesson.version
-                    await lesson.changed(KEEPALIVE)
-                    if lesson.version == version:
-                        yield ": still here\n\n"
-            finally:
-                if not presenter:
-                    lesson.follow(-1)
-
-        return StreamingResponse(stream(), media_type="text/event-stream",
+        return StreamingResponse(_stream(lesson, presenter, voter), media_type="text/event-stream",
                                  headers={"cache-control": "no-store", "x-accel-buffering": "no"})
 
     return [Route("/lesson/start", start, methods=["POST"]),

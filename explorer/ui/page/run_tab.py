@@ -19,15 +19,16 @@ from explorer.errors import ExplorerError, public_message
 from explorer.eval.question_files import question_file_types
 from explorer.eval.question_formats import QUESTION_FORMATS
 from explorer.retrieval.choice import KINDS, RetrieverConfig, retriever_config
-from explorer.ui import controls, embedders, forkblock, form, gallery, gallery_block, links, questions, viewblock
-from explorer.ui.admission import EVENT_LIMIT
-from explorer.ui.controller import RunController, given_name, status_html
-from explorer.ui.history import Exports, TraceCache
-from explorer.ui.html import esc
-from explorer.ui.render import render_runs
+from explorer.ui.page import controls, forkblock, form, gallery_block, links, viewblock
+from explorer.ui.runs import embedders, gallery, questions
+from explorer.ui.runs.controller import RunController, given_name, status_html
+from explorer.ui.runs.history import Exports, TraceCache
+from explorer.ui.serving.admission import EVENT_LIMIT
+from explorer.ui.views.html import esc
+from explorer.ui.views.render import render_runs
 
 MODEL_QUEUE = "model"
-#: Page wiring, not scripting API (explorer/ui/api.py has the public endpoints).
+#: Page wiring, not scripting API (explorer/ui/api/endpoints.py has the public endpoints).
 PRIVATE: dict[str, Any] = {"api_visibility": "private"}
 QUIET: dict[str, Any] = {**PRIVATE, "show_progress": "hidden"}
 
@@ -218,7 +219,7 @@ class RunTab:
     link: Any = None
     #: (handler, inputs, outputs) that open the page's link (?run=, ?compare=, ?case=) when it loads.
     on_load: Any = None
-    #: The embedders the page offers, by the name it shows (:mod:`explorer.ui.embedders`).
+    #: The embedders the page offers, by the name it shows (:mod:`explorer.ui.runs.embedders`).
     embedders: dict[str, str] = field(default_factory=lambda: embedders.page_embedders(None))
 
 

@@ -30,7 +30,7 @@ from explorer import naming
 from explorer.eval.metrics import contains_answer, normalize_answer
 from explorer.eval.scores import CONTAINS_GOLD, answer_verdict
 from explorer.trace import Event, Trace
-from explorer.ui.html import fmt, short
+from explorer.ui.views.html import fmt, short
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,9 @@ import gradio as gr
 from explorer.errors import ExplorerError, public_message
 from explorer.store import RunStore
 from explorer.trace import Trace
-from explorer.ui import forkblock, history, viewblock
-from explorer.ui.controller import status_html
+from explorer.ui.page import forkblock, viewblock
+from explorer.ui.runs import history
+from explorer.ui.runs.controller import status_html
 
 
 @dataclass

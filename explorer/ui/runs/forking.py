@@ -54,7 +54,7 @@ class Action:
 
 def numeric_params(trace: Trace) -> list[dict[str, Any]]:
     """The method's numeric quick parameters with the values this run used (what "change parameters" edits)."""
-    from explorer.ui import controls
+    from explorer.ui.page import controls
 
     try:
         declared = controls.params(trace.method)

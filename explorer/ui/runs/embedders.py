@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from explorer.errors import ExplorerError
 from explorer.retrieval.embeddings import EMBEDDED_SPECS, ENCODER_NAME
-from explorer.ui.controller import given_name
+from explorer.ui.runs.controller import given_name
 
 BUNDLED = "embedded"
 

@@ -5,7 +5,7 @@ script that posts JSON itself (``curl``, ``requests``) sends only what it gives,
 a call with fewer values than the endpoint has parameters with an empty error (``{"error":
 null}``). So an endpoint that gained an optional parameter (``/run``'s ``idempotency_key``) would
 break every such script, and a script could never leave the trailing settings out. The guard
-(:mod:`explorer.ui.guard`) pads such calls with the endpoint's declared defaults before Gradio
+(:mod:`explorer.ui.serving.guard`) pads such calls with the endpoint's declared defaults before Gradio
 reads them.
 
 The same reading refuses what Gradio would answer with a bare 500 (too few values: a traceback in

@@ -16,7 +16,7 @@ from explorer import naming
 from explorer.engine.token_signals import registry
 from explorer.forks.diff import fork_marker
 from explorer.trace import Event, Trace
-from explorer.ui.html import PALETTE
+from explorer.ui.views.html import PALETTE
 
 #: The per-step signal a strip can show besides the registered per-token ones.
 STEP_SIGNALS: dict[str, tuple[str, str]] = {"u": ("SEAKR's U per step", "darker = higher uncertainty U of the step")}

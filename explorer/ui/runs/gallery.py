@@ -5,10 +5,10 @@ a small gallery of runs recorded with the embedded models (Gradio's cached examp
 our own traces): one trace file per (case study, method) in ``assets/gallery/``, plus an index.
 Opening one renders its trace through the same view as a live or reopened run, without calling
 the model. Each run is recorded on whichever of the two embedded models shows its paper's
-mechanism better (:data:`MODELS`; the caption says which, :mod:`explorer.ui.case_stories`), and
+mechanism better (:data:`MODELS`; the caption says which, :mod:`explorer.ui.views.case_stories`), and
 DR-RAG's run is shown beside the one-shot retrieval run its paper contrasts it with (:data:`BESIDE`).
 
-``python -m explorer.ui.gallery`` records them again (``--if-stale``: only when the shipped
+``python -m explorer.ui.runs.gallery`` records them again (``--if-stale``: only when the shipped
 traces are of another trace version than this explorer writes, or missing); ``make run`` does
 that before starting the app, so a change of the trace format re-records the gallery.
 """
@@ -132,7 +132,7 @@ def read_index(folder: Path = GALLERY_DIR) -> dict[str, Any]:
 
 def load(folder: Path = GALLERY_DIR) -> Gallery:
     """Read and validate the shipped gallery; a stale or broken one is reported, never half shown."""
-    fix = "run `python -m explorer.ui.gallery` (or `make run`) to record it again"
+    fix = "run `python -m explorer.ui.runs.gallery` (or `make run`) to record it again"
     try:
         index = read_index(folder)
     except (OSError, ValueError) as exc:
@@ -227,7 +227,7 @@ def record(folder: Path = GALLERY_DIR, *, corpus: str = "demo", progress: Any = 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m explorer.ui.gallery",
+    parser = argparse.ArgumentParser(prog="python -m explorer.ui.runs.gallery",
                                      description="Record the app's gallery of case-study runs (the embedded models).")
     parser.add_argument("--if-stale", action="store_true",
                         help="record only when the shipped traces are missing or of another trace version")

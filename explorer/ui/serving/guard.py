@@ -4,10 +4,10 @@ schemas, and password guessing.
 * Uploads (``/gradio_api/upload`` and the other routes that take files) are refused unless the
   app has a component that takes a file: :func:`needs_uploads` decides, and ``launch(uploads=)``
   can say so explicitly. When uploads are on, a file larger than
-  :data:`~explorer.ui.uploads.MAX_UPLOAD_BYTES` is refused, and when every file-taking component
+  :data:`~explorer.ui.serving.uploads.MAX_UPLOAD_BYTES` is refused, and when every file-taking component
   names its file types, so is a file whose name ends otherwise, as it streams in (Gradio itself
   checks the type only when the file is used, after it is already stored); the body is read with
-  the multipart parser Gradio stores uploads with (:mod:`explorer.ui.uploads`). This is the one
+  the multipart parser Gradio stores uploads with (:mod:`explorer.ui.serving.uploads`). This is the one
   place that policy lives.
 * ``/openapi.json``, ``/docs`` and ``/redoc`` list every route of the server: closed. (Gradio's
   own API page for ``gradio_client`` stays, behind the login when there is one.)
@@ -47,9 +47,17 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from explorer.ui.call_defaults import MAX_PADDED_BODY, call_problem, endpoint_of, pad, read_body, too_long, with_body
-from explorer.ui.forwarding import ForwardedTrust, apply_forwarding
-from explorer.ui.uploads import FRAMING_BYTES, UploadCheck, UploadRefused, too_large
+from explorer.ui.api.call_defaults import (
+    MAX_PADDED_BODY,
+    call_problem,
+    endpoint_of,
+    pad,
+    read_body,
+    too_long,
+    with_body,
+)
+from explorer.ui.serving.forwarding import ForwardedTrust, apply_forwarding
+from explorer.ui.serving.uploads import FRAMING_BYTES, UploadCheck, UploadRefused, too_large
 
 FREE_ATTEMPTS = 5
 BASE_DELAY = 1.0
@@ -162,7 +170,7 @@ class GuardSettings:
     #: Proxies whose forwarding headers name the client (none by default).
     forwarded: ForwardedTrust = ForwardedTrust()
     #: Named endpoints' parameter defaults: a plain HTTP call that leaves optional values out gets them
-    #: (:mod:`explorer.ui.call_defaults`).
+    #: (:mod:`explorer.ui.api.call_defaults`).
     api_defaults: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     #: Their parameter names, for the messages that refuse a malformed call.
     api_names: dict[str, tuple[str, ...]] = field(default_factory=dict)
@@ -368,7 +376,7 @@ class Guard:
         await self.app(scope, receive, send)
 
     async def _upload(self, scope: Scope, receive: Receive, send: Send, suffixes: tuple[str, ...] | None) -> None:
-        """Pass the upload through while reading its parts (:class:`~explorer.ui.uploads.UploadCheck`); at
+        """Pass the upload through while reading its parts (:class:`~explorer.ui.serving.uploads.UploadCheck`); at
         the first file it refuses (another ending, too large, unreadable), tell the app the client left (so
         it stops reading and drops the partial file) and answer with the reason ourselves."""
         refused: list[UploadRefused] = []

@@ -1,6 +1,6 @@
 """What an upload may carry: files with the endings the app takes, each no larger than :data:`MAX_UPLOAD_BYTES`.
 
-The guard (:mod:`explorer.ui.guard`) watches an upload as it streams in and stops it at the first
+The guard (:mod:`explorer.ui.serving.guard`) watches an upload as it streams in and stops it at the first
 file it would refuse. The body is read part by part with the same multipart parser Gradio stores
 uploads with (``python-multipart``), so the file name judged here is the name Gradio would store:
 a pattern over the raw bytes misses spellings the parser accepts (``filename ="x.html"``, with a

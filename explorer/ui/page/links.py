@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from explorer.errors import ExplorerError, public_message
-from explorer.ui import gallery
-from explorer.ui.history import TraceCache
-from explorer.ui.viewblock import Shown
+from explorer.ui.page.viewblock import Shown
+from explorer.ui.runs import gallery
+from explorer.ui.runs.history import TraceCache
 
 _ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 #: The most runs one comparison link opens: every method ticked at once (nine) and the History tab's

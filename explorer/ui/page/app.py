@@ -1,11 +1,11 @@
 """The web app's page: the Run tab, History, Evaluations, help, and the scripting API.
 
 :func:`build_app` assembles the tabs, each built by its own module: the Run tab
-(:mod:`~explorer.ui.run_tab`: question sources, methods, settings, recorded runs, the streamed
-view), History (:mod:`~explorer.ui.history_tab`), Evaluations (:mod:`~explorer.ui.evaluations`)
-and the public endpoints (:mod:`~explorer.ui.api`); the model loads in the background from
-server start (:class:`~explorer.ui.controller.RuntimeHolder`).
-Model runs go through one gate (:mod:`~explorer.ui.admission`): a few at once, their decode
+(:mod:`~explorer.ui.page.run_tab`: question sources, methods, settings, recorded runs, the streamed
+view), History (:mod:`~explorer.ui.page.history_tab`), Evaluations (:mod:`~explorer.ui.page.evaluations`)
+and the public endpoints (:mod:`~explorer.ui.api.endpoints`); the model loads in the background from
+server start (:class:`~explorer.ui.runs.controller.RuntimeHolder`).
+Model runs go through one gate (:mod:`~explorer.ui.serving.admission`): a few at once, their decode
 steps sharing one batch on the model, and the rest in line, told their place and an estimate.
 """
 
@@ -25,13 +25,15 @@ from explorer.errors import ExplorerError  # noqa: E402
 from explorer.methods.base import method_names  # noqa: E402
 from explorer.paths import ASSETS_DIR  # noqa: E402
 from explorer.store import RunStore  # noqa: E402
-from explorer.ui import api, controls, forkblock, gallery, history_tab, questions, run_tab, viewblock  # noqa: E402
-from explorer.ui.admission import EVENT_LIMIT, RunGate  # noqa: E402
-from explorer.ui.controller import RunController, RuntimeHolder, given_name  # noqa: E402
-from explorer.ui.evaluations import build_evaluations_tab  # noqa: E402
-from explorer.ui.history import Exports, TraceCache  # noqa: E402
-from explorer.ui.lesson import Lessons  # noqa: E402
-from explorer.ui.report import EXPLORER_JS, PLOTLY_JS  # noqa: E402
+from explorer.ui.api import endpoints as api  # noqa: E402
+from explorer.ui.page import controls, forkblock, history_tab, run_tab, viewblock  # noqa: E402
+from explorer.ui.page.evaluations import build_evaluations_tab  # noqa: E402
+from explorer.ui.runs import gallery, questions  # noqa: E402
+from explorer.ui.runs.controller import RunController, RuntimeHolder, given_name  # noqa: E402
+from explorer.ui.runs.history import Exports, TraceCache  # noqa: E402
+from explorer.ui.serving.admission import EVENT_LIMIT, RunGate  # noqa: E402
+from explorer.ui.serving.lesson import Lessons  # noqa: E402
+from explorer.ui.views.report import EXPLORER_JS, PLOTLY_JS  # noqa: E402
 
 log = logging.getLogger("explorer.ui")
 
@@ -54,7 +56,7 @@ class AppSettings:
 
 
 PAGE_CSS = [ASSETS_DIR / "explorer.css", ASSETS_DIR / "page.css", ASSETS_DIR / "lesson.css"]
-#: Following a presenter, and the presenter's side of it (:mod:`explorer.ui.lesson`).
+#: Following a presenter, and the presenter's side of it (:mod:`explorer.ui.serving.lesson`).
 LESSON_JS = ASSETS_DIR / "lesson.js"
 
 
@@ -265,18 +267,18 @@ def launch(demo: gr.Blocks, *, host: str, port: int, auth: tuple[str, str] | Non
            quiet: bool = False, uploads: bool | None = None, proxies: tuple[Any, ...] = ()) -> None:
     """Serve with a bounded queue and nothing fetched from outside (no analytics, no CDN, no SSR).
 
-    The :mod:`~explorer.ui.guard` middleware sits in front: no API schema routes, uploads only
+    The :mod:`~explorer.ui.serving.guard` middleware sits in front: no API schema routes, uploads only
     when a component takes files (``uploads=None`` decides from the layout), a backoff on
     repeated wrong passwords, and forwarding headers believed only from ``proxies``. The lessons'
-    routes (:mod:`~explorer.ui.lesson`) are served beside Gradio's, behind the same guard.
+    routes (:mod:`~explorer.ui.serving.lesson`) are served beside Gradio's, behind the same guard.
     """
     from starlette.middleware import Middleware
 
-    from explorer.ui.call_defaults import api_defaults, api_names
-    from explorer.ui.forwarding import ForwardedTrust
-    from explorer.ui.guard import Guard, GuardSettings, needs_uploads, upload_suffixes
-    from explorer.ui.lesson import routes as lesson_routes
-    from explorer.ui.uploads import MAX_UPLOAD_BYTES
+    from explorer.ui.api.call_defaults import api_defaults, api_names
+    from explorer.ui.serving.forwarding import ForwardedTrust
+    from explorer.ui.serving.guard import Guard, GuardSettings, needs_uploads, upload_suffixes
+    from explorer.ui.serving.lesson import routes as lesson_routes
+    from explorer.ui.serving.uploads import MAX_UPLOAD_BYTES
 
     allow = needs_uploads(demo) if uploads is None else uploads
     lessons = getattr(demo, "explorer_lessons", None)
@@ -285,7 +287,7 @@ def launch(demo: gr.Blocks, *, host: str, port: int, auth: tuple[str, str] | Non
                                                      forwarded=ForwardedTrust(tuple(proxies)),
                                                      api_defaults=api_defaults(demo), api_names=api_names(demo)))
     os.environ["FORWARDED_ALLOW_IPS"] = ""  # uvicorn believes no forwarding header; the guard decides
-    # The model's events wait in the app's own line (explorer.ui.admission), so Gradio's queue holds them all.
+    # The model's events wait in the app's own line (explorer.ui.serving.admission), so Gradio's queue holds them all.
     demo.queue(default_concurrency_limit=4, max_size=EVENT_LIMIT + 64).launch(
         max_threads=EVENT_LIMIT + 40,
         server_name=host, server_port=port, auth=auth, show_error=False, quiet=quiet, ssr_mode=False,

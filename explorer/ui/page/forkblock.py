@@ -19,10 +19,11 @@ from typing import Any
 import gradio as gr
 
 from explorer.errors import ExplorerError, public_message
-from explorer.ui import forking
-from explorer.ui.admission import EVENT_LIMIT
-from explorer.ui.controller import RunController, status_html
-from explorer.ui.history import TraceCache
+from explorer.ui.page import shown_runs
+from explorer.ui.runs import forking
+from explorer.ui.runs.controller import RunController, status_html
+from explorer.ui.runs.history import TraceCache
+from explorer.ui.serving.admission import EVENT_LIMIT
 
 log = logging.getLogger("explorer.ui")
 
@@ -114,8 +115,6 @@ def build(prefix: str) -> ForkControls:
 
 def wire(controls: ForkControls, view: Any, cache: TraceCache, forker: Forker | None) -> None:
     """Fork requests stream the fork beside its parent; open requests show a family member."""
-    from explorer.ui import viewblock
-
     outputs = [view.html, view.state, view.run, view.theta, controls.status]
     skip = (gr.skip(), gr.skip(), gr.skip(), gr.skip())
 
@@ -125,15 +124,15 @@ def wire(controls: ForkControls, view: Any, cache: TraceCache, forker: Forker | 
             run_id = str(data.get("run_id") or "") if isinstance(data, dict) else ""
             trace = cache.get(run_id)
             parent = (trace.fork or {}).get("parent")
-            shown = viewblock.Shown([run_id])
+            shown = shown_runs.Shown([run_id])
             if parent:
                 try:
                     cache.get(parent)
-                    shown = viewblock.Shown([parent, run_id], fork=True)
+                    shown = shown_runs.Shown([parent, run_id], fork=True)
                 except ExplorerError:
                     pass  # the parent is gone: the fork alone
             what = "Opened beside its parent." if shown.fork else "Opened."
-            return (*viewblock.after_show(cache, shown, signal), status_html(f"{what} Run {run_id[:12]}."))
+            return (*shown_runs.after_show(cache, shown, signal), status_html(f"{what} Run {run_id[:12]}."))
         except (ExplorerError, ValueError) as exc:
             message = public_message(exc) if isinstance(exc, ExplorerError) else "the request was not understood"
             return (*skip, status_html(message, error=True))
@@ -152,12 +151,12 @@ def wire(controls: ForkControls, view: Any, cache: TraceCache, forker: Forker | 
                     yield update.html, gr.skip(), gr.skip(), gr.skip(), update.status
                     continue
                 child = update.run_ids[-1] if update.run_ids else None
-                shown = viewblock.Shown([parent.run_id, child], fork=True) if child else \
-                    viewblock.Shown([parent.run_id])
+                shown = shown_runs.Shown([parent.run_id, child], fork=True) if child else \
+                    shown_runs.Shown([parent.run_id])
                 status = update.status if not child or "dre-error" in update.status else status_html(
                     f"Fork {child[:12]} stored; it is shown beside its parent {parent.run_id[:12]} with the diff "
                     f"({plan.describe()}).")
-                yield (*viewblock.after_show(cache, shown, signal), status)
+                yield (*shown_runs.after_show(cache, shown, signal), status)
         except ExplorerError as exc:
             yield (*skip, status_html(public_message(exc), error=True))
 

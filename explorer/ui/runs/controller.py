@@ -29,10 +29,10 @@ from explorer.methods.base import run_question
 from explorer.runtime import Runtime
 from explorer.store import RunStore
 from explorer.trace import Event, Trace
-from explorer.ui.admission import RunGate, Ticket
-from explorer.ui.controls import Refusal, RunSpec
-from explorer.ui.html import esc
-from explorer.ui.render import render_runs
+from explorer.ui.page.controls import Refusal, RunSpec
+from explorer.ui.serving.admission import RunGate, Ticket
+from explorer.ui.views.html import esc
+from explorer.ui.views.render import render_runs
 
 log = logging.getLogger("explorer.ui")
 
@@ -232,7 +232,7 @@ class RunController:
                 prepare: Callable[[Trace, Any, Any], None] | None = None) -> Trace:
         """Run and store one method without streaming (the scripting API); stored from its start.
 
-        The caller holds a place of the gate (:mod:`explorer.ui.jobs` queues ``/run`` calls);
+        The caller holds a place of the gate (:mod:`explorer.ui.runs.jobs` queues ``/run`` calls);
         ``prepare`` sees the trace once it is stored as running (``/run`` binds its key there).
         """
         question = self.check_question(question)
@@ -326,7 +326,7 @@ class RunController:
         return runtime
 
     def _fork_check(self, parent: Trace, plan: ForkPlan) -> None:
-        from explorer.ui.forking import check
+        from explorer.ui.runs.forking import check
 
         if self.store.readonly:
             raise ExplorerError("the run database is read-only, so a fork cannot be stored", where="run database",

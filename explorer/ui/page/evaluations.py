@@ -33,7 +33,7 @@ from explorer.eval.report import (
 )
 from explorer.eval.scores import EvaluationScores, score_evaluation
 
-#: The tab's events are the page's own wiring, not part of the scripting API (see explorer/ui/api.py).
+#: The tab's events are the page's own wiring, not part of the scripting API (see explorer/ui/api/endpoints.py).
 PRIVATE: dict[str, Any] = {"api_visibility": "private"}
 QUESTION_COLUMNS = ["#", "Question id", "Question", "Answer", "Gold", "EM", "F1", "Acc", "Gold recall",
                     "Retrievals", "LLM calls", "Seconds", "Status"]

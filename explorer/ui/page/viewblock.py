@@ -6,7 +6,7 @@ view itself, beside what they change (the colour signal above the token strip, t
 beside the decision chart): the page sends their values through a small hidden component
 (``DRE.senders["PREFIX:view"]``) and the view is drawn again. Moving θ' replays the chosen run's
 recorded checks (:mod:`explorer.whatif`) and redraws at once; nothing is generated again. With a
-:class:`~explorer.ui.forkblock.Forker`, tokens and retrieval cards open the fork menu; a fork is
+:class:`~explorer.ui.page.forkblock.Forker`, tokens and retrieval cards open the fork menu; a fork is
 shown beside its parent, and a run with forks shows its family tree.
 """
 
@@ -20,35 +20,22 @@ from typing import Any
 
 import gradio as gr
 
-from explorer.errors import ExplorerError
-from explorer.trace import Trace
-from explorer.ui import forkblock
-from explorer.ui.history import TraceCache
-from explorer.ui.panels.fork import render_family
-from explorer.ui.render import page, render_comparison, render_fork, render_runs, theta_range
-from explorer.ui.view import strip_signals
+from explorer.ui.page import forkblock
+
+# Re-exported: the tabs reach a view's runs through the block they build.
+from explorer.ui.page.shown_runs import (  # noqa: F401
+    Shown,
+    after_show,
+    family_html,
+    render,
+    theta_update,
+    traces,
+)
+from explorer.ui.runs.history import TraceCache
+from explorer.ui.views.render import page
+from explorer.ui.views.view import strip_signals
 
 QUIET: dict[str, Any] = {"show_progress": "hidden", "api_visibility": "private", "queue": False}
-
-
-@dataclass
-class Shown:
-    """Which stored runs a view shows, and whether as a comparison."""
-
-    ids: list[str]
-    compare: bool = False
-    #: ``ids`` are a parent and its fork, shown with the fork's diff.
-    fork: bool = False
-
-    def to_state(self) -> dict[str, Any]:
-        return {"ids": list(self.ids), "compare": self.compare, "fork": self.fork}
-
-    @classmethod
-    def of(cls, state: Any) -> Shown:
-        if isinstance(state, dict):
-            return cls(ids=list(state.get("ids") or []), compare=bool(state.get("compare")),
-                       fork=bool(state.get("fork")))
-        return cls(ids=[])
 
 
 @dataclass
@@ -61,57 +48,8 @@ class ViewBlock:
     state: Any
     #: The hidden component the view's controls send through.
     control: Any = None
-    #: The fork request, open request and status line (:mod:`~explorer.ui.forkblock`).
+    #: The fork request, open request and status line (:mod:`~explorer.ui.page.forkblock`).
     fork: Any = None
-
-
-def traces(cache: TraceCache, shown: Shown) -> list[Trace]:
-    out = []
-    for run_id in shown.ids:
-        try:
-            out.append(cache.get(run_id))
-        except Exception:  # deleted meanwhile: show the rest
-            continue
-    return out
-
-
-def render(cache: TraceCache, state: Any, signal: str, run: str | None, theta: float | None) -> str:
-    shown = Shown.of(state)
-    found = traces(cache, shown)
-    if not found:
-        return render_runs([])
-    whatif_at = {run: float(theta)} if run and theta is not None else {}
-    if shown.compare and len(found) > 1:
-        return render_comparison(found, signal=signal, whatif_at=whatif_at, interactive=True)
-    if shown.fork and len(found) == 2:
-        return render_fork(found[0], found[1], signal=signal, whatif_at=whatif_at,
-                           family=family_html(cache, found[1].run_id), interactive=True)
-    family = family_html(cache, found[0].run_id) if len(found) == 1 else ""
-    return render_runs(found, signal=signal, whatif_at=whatif_at, below=family, interactive=True)
-
-
-def family_html(cache: TraceCache, run_id: str) -> str:
-    """The family tree of a stored run when it has forks or is one ('' for a run alone or not stored)."""
-    try:
-        return render_family(cache.store.family(run_id), current=run_id)
-    except ExplorerError:
-        return ""
-
-
-def theta_update(cache: TraceCache, run: str | None) -> dict[str, Any]:
-    """The what-if range of a run: spanning its recorded values, starting at its recorded threshold."""
-    if not run:
-        return {"visible": False, "value": None}
-    found = theta_range(cache.get(run))
-    if found is None:
-        return {"visible": False, "value": None}
-    lo, hi, step, theta = found
-    return {"visible": True, "minimum": lo, "maximum": hi, "step": step, "value": theta}
-
-
-def after_show(cache: TraceCache, shown: Shown, signal: str) -> tuple[Any, Any, Any, Any]:
-    """Updates for (html, state, what-if run, θ') when a view starts showing other runs (no what-if yet)."""
-    return render(cache, shown.to_state(), signal, None, None), shown.to_state(), None, None
 
 
 def read_control(text: str, signal: str, run: str | None, theta: float | None,

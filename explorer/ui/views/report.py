@@ -19,8 +19,8 @@ import plotly
 
 from explorer.paths import ASSETS_DIR
 from explorer.trace import Trace
-from explorer.ui.html import esc
-from explorer.ui.render import render_comparison, render_runs
+from explorer.ui.views.html import esc
+from explorer.ui.views.render import render_comparison, render_runs
 
 PLOTLY_JS = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
 EXPLORER_JS = ASSETS_DIR / "explorer.js"

@@ -1,8 +1,8 @@
 """The Run tab's recorded runs: one line of links to the papers' case studies, opened at once, no model call.
 
-Each recorded trace (:mod:`explorer.ui.gallery`) is pinned in the view's trace cache under its
+Each recorded trace (:mod:`explorer.ui.runs.gallery`) is pinned in the view's trace cache under its
 run id, so opening one goes through exactly the path a stored run takes
-(:func:`~explorer.ui.viewblock.after_show`): what a recorded run shows is what a live run of
+(:func:`~explorer.ui.page.viewblock.after_show`): what a recorded run shows is what a live run of
 the same trace shows. Every case is a real link (``?case=NAME``; a case with several methods
 also links their comparison), so it can be opened in a new tab or put in a lesson plan; on the
 page a click opens it in place. A line above the view marks a recorded run as such, followed by
@@ -19,10 +19,12 @@ from typing import Any
 
 import gradio as gr
 
-from explorer.ui import case_stories, gallery, links
-from explorer.ui.history import TraceCache
-from explorer.ui.html import esc
+from explorer.ui.page import links
 from explorer.ui.panels import case_story
+from explorer.ui.runs import gallery
+from explorer.ui.runs.history import TraceCache
+from explorer.ui.views import case_stories
+from explorer.ui.views.html import esc
 
 
 @dataclass

@@ -33,11 +33,11 @@ import gradio as gr
 from explorer.errors import ExplorerError, NotFound, check_text, json_problem, parse_json, public_message
 from explorer.store import RunStore
 from explorer.trace import Trace
-from explorer.ui.admission import EVENT_LIMIT, client_of
-from explorer.ui.controller import RunController
-from explorer.ui.controls import RunSpec, build_specs, params
-from explorer.ui.guard import BAD_REQUEST, NOT_FOUND, SERVER_ERROR
-from explorer.ui.jobs import ApiRuns, check_key
+from explorer.ui.page.controls import RunSpec, build_specs, params
+from explorer.ui.runs.controller import RunController
+from explorer.ui.runs.jobs import ApiRuns, check_key
+from explorer.ui.serving.admission import EVENT_LIMIT, client_of
+from explorer.ui.serving.guard import BAD_REQUEST, NOT_FOUND, SERVER_ERROR
 
 log = logging.getLogger("explorer.ui")
 MAX_RUN_ID = 64
@@ -183,7 +183,7 @@ def run_settings(controller: RunController, model: str, question: str, method: s
 
 
 def _summary(trace: Trace) -> dict[str, Any]:
-    from explorer.ui.jobs import summary
+    from explorer.ui.runs.jobs import summary
 
     return summary(trace)
 
@@ -201,7 +201,7 @@ def _run_key(run_id: Any) -> str:
 def fork_plan(run_id: Any, at: Any, retrieval: Any, change: Any, query: Any, params: Any, passages: Any) -> Any:
     """What ``/fork`` forks: the point from ``at`` or ``retrieval``, the change as a kind or JSON plus typed fields."""
     from explorer.forks import ForkPlan
-    from explorer.ui import forking
+    from explorer.ui.runs import forking
 
     point = forking.point_of(at=_text(at, "at", "'7:3'").strip() if retrieval in (None, "", -1) else None,
                              retrieval=retrieval)
@@ -210,6 +210,27 @@ def fork_plan(run_id: Any, at: Any, retrieval: Any, change: Any, query: Any, par
                                              query=_text(query, "query", "'who built the arena'") or None,
                                              params=_text(params, "params", "'threshold=0.8'"),
                                              passages=_text(passages, "passages", "'id1, id2'") or None))
+
+
+def _model_status(controller: RunController) -> ModelStatus:
+    """The model's state and the line for it, as ``/status`` reports them."""
+    holder = controller.runtime
+    return {"state": holder.state, "message": holder.status(), "forward_passes": holder.forward_passes,
+            "running": controller.gate.running, "waiting": controller.gate.waiting}
+
+
+def _fork_summary(parent: Trace, child: Trace, plan: Any) -> ForkSummary:
+    """What ``/fork`` returns: the stored fork's summary and how it relates to its parent."""
+    from explorer.forks.diff import diff_runs
+
+    d = diff_runs(parent, child)
+    family = child.fork or {}
+    facts: ForkFacts = {"parent_run_id": parent.run_id, "root_run_id": str(family.get("root") or ""),
+                        "depth": int(family.get("depth") or 1), "at": plan.point.to_dict(),
+                        "change": plan.change.to_dict(), "parent_event": d.parent_event,
+                        "child_event": d.child_event, "same_answer": d.same_answer,
+                        "first_difference": d.first_difference, "parent_answer": parent.answer or ""}
+    return {**_summary(child), "fork": facts}  # type: ignore[typeddict-item]
 
 
 def register(controller: RunController, store: RunStore, model: str, *, cache: Any = None) -> None:
@@ -262,9 +283,7 @@ def register(controller: RunController, store: RunStore, model: str, *, cache: A
     def status() -> ModelStatus:
         """Whether the model is loaded, how many forward passes it has made since (0 until ready), and how many runs
         use it and wait for it."""
-        holder = controller.runtime
-        return {"state": holder.state, "message": holder.status(), "forward_passes": holder.forward_passes,
-                "running": controller.gate.running, "waiting": controller.gate.waiting}
+        return _model_status(controller)
 
     def fork(run_id: str, at: str = "", retrieval: int | None = None, change: str = "none", query: str = "",
              params: str = "", passages: str = "", request: gr.Request = None) -> ForkSummary:  # type: ignore[assignment]
@@ -281,19 +300,9 @@ def register(controller: RunController, store: RunStore, model: str, *, cache: A
             passages: edit_passages' passage ids in the order the model gets them, comma-separated or a JSON list
         """
         def body() -> ForkSummary:
-            from explorer.forks.diff import diff_runs
-
             plan = fork_plan(run_id, at, retrieval, change, query, params, passages)
             parent = cache.get(plan.parent) if cache is not None else store.get(plan.parent)
-            child = controller.run_fork(parent, plan, client=client_of(request))
-            d = diff_runs(parent, child)
-            family = child.fork or {}
-            facts: ForkFacts = {"parent_run_id": parent.run_id, "root_run_id": str(family.get("root") or ""),
-                                "depth": int(family.get("depth") or 1), "at": plan.point.to_dict(),
-                                "change": plan.change.to_dict(), "parent_event": d.parent_event,
-                                "child_event": d.child_event, "same_answer": d.same_answer,
-                                "first_difference": d.first_difference, "parent_answer": parent.answer or ""}
-            return {**_summary(child), "fork": facts}  # type: ignore[typeddict-item]
+            return _fork_summary(parent, controller.run_fork(parent, plan, client=client_of(request)), plan)
 
         return guarded("fork", body)
 

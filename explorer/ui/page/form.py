@@ -1,4 +1,4 @@
-"""The Gradio input of each method parameter, as :func:`explorer.ui.controls.control_for` describes it.
+"""The Gradio input of each method parameter, as :func:`explorer.ui.page.controls.control_for` describes it.
 
 Kept apart from the page layout so the round trip a user's untouched form makes (the value an
 input is given, what the browser sends back, what the handler receives) can be checked for every
@@ -12,7 +12,7 @@ from typing import Any
 
 import gradio as gr
 
-from explorer.ui import controls
+from explorer.ui.page import controls
 
 
 def param_component(p: controls.Param, value: Any, info: str) -> Any:

@@ -13,7 +13,6 @@ from typing import Any
 
 from explorer import whatif
 from explorer.trace import Trace
-from explorer.ui.html import esc
 from explorer.ui.panels import (
     costs,
     decisions,
@@ -26,7 +25,8 @@ from explorer.ui.panels import (
     strip,
     uncertainty,
 )
-from explorer.ui.view import TraceView, ViewOptions
+from explorer.ui.views.html import esc
+from explorer.ui.views.view import TraceView, ViewOptions
 
 
 def decision_signal(trace: Trace) -> str | None:
