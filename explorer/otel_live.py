@@ -81,7 +81,7 @@ class LiveExport:
             if not self._unreachable:
                 self._unreachable = True
                 log.warning("runs are not reaching the OTLP collector at %s (%s); they stay stored, and "
-                            "`explorer export --otlp %s` sends them later", self.endpoint,
+                            "`explorer export --all --otlp %s` sends them later", self.endpoint,
                             getattr(exc, "message", None) or exc, self.endpoint)
             return
         self.sent += len(traces)
