@@ -21,7 +21,7 @@ import os
 import re
 import shutil
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -108,6 +108,9 @@ class RunStore:
         self.backup: Path | None = None
         self._immutable = False
         self._live = True
+        #: Called with the finished runs of each save once it is committed (e.g. a live OTLP export);
+        #: a listener's failure is logged, never raised: the run is already stored.
+        self.on_saved: list[Callable[[list[Trace]], None]] = []
         check_location(self.path)
         if readonly is None:
             readonly = self.path.exists() and not _looks_writable(self.path)
@@ -336,7 +339,19 @@ class RunStore:
                 db["runs"].upsert(row, pk="run_id")
             if self._live:
                 self._forget_live(db, [r["run_id"] for r in rows])
+        self._announce(traces)
         return [r["run_id"] for r in rows]
+
+    def _announce(self, traces: list[Trace]) -> None:
+        """Hand the finished runs just stored to the listeners; a running run waits for its final save."""
+        finished = [t for t in traces if t.status != "running"]
+        if not finished:
+            return
+        for listener in list(self.on_saved):
+            try:
+                listener(finished)
+            except Exception:  # a listener never costs a stored run
+                log.exception("a listener on saved runs failed; the runs are stored")
 
     def rename(self, run_id: str, name: str) -> None:
         self._require(run_id)

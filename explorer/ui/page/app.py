@@ -53,6 +53,8 @@ class AppSettings:
     attn: str = "auto"
     #: Runs using the model at once, decoded as one batch (0: EXPLORER_CONCURRENT_RUNS, else the default).
     concurrent_runs: int = 0
+    #: An OTLP/HTTP collector every finished run is streamed to as it is stored ('' for none).
+    otlp: str = ""
 
 
 PAGE_CSS = [ASSETS_DIR / "explorer.css", ASSETS_DIR / "page.css", ASSETS_DIR / "lesson.css"]
@@ -207,6 +209,11 @@ def build_app(settings: AppSettings) -> gr.Blocks:
     from explorer.retrieval.choice import retriever_config
 
     store = RunStore(settings.db)
+    if settings.otlp:
+        from explorer.otel_live import LiveExport
+
+        LiveExport(settings.otlp).attach(store)
+        log.info("finished runs are streamed to %s", settings.otlp)
     start_choice = retriever_config(settings.retriever, settings.embedder or None)  # a bad option fails at start
     shelf = gallery.load()
     if shelf.problem:

@@ -132,6 +132,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         default=os.environ.get("EXPLORER_PREFIX_CACHE", "1") != "0",
                         help="encode every prompt whole instead of reusing the states of an opening shared with a "
                              "recent prompt (env EXPLORER_PREFIX_CACHE=0)")
+    parser.add_argument("--otlp", default=None, metavar="URL",
+                        help="stream every finished run as OpenInference spans to this OTLP/HTTP collector, e.g. "
+                             "Phoenix at http://localhost:6006 (env EXPLORER_OTLP_ENDPOINT)")
     parser.add_argument("--concurrent-runs", type=int, default=0, metavar="N",
                         help="runs using the model at once, their tokens decoded as one batch; later callers wait "
                              "in line and are told their place (env EXPLORER_CONCURRENT_RUNS; default 4)")
@@ -236,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
             raise ExplorerError(f"--concurrent-runs must be at least 1, got {args.concurrent_runs}",
                                 where="--concurrent-runs", fix="give e.g. --concurrent-runs 4, or leave it out")
         check_model_offline(args.model)
+        from explorer.otel_live import configured_endpoint
+
+        otlp = configured_endpoint(args.otlp)
         threads = apply_server_threads(args.threads)
         if threads and not args.quiet:
             print(f"model threads: {threads}", flush=True)
@@ -248,9 +254,11 @@ def main(argv: list[str] | None = None) -> int:
 
         demo = build_app(AppSettings(db=Path(args.db), model=args.model, corpus=args.corpus, preload=not args.lazy,
                                      prefix_cache=args.prefix_cache, concurrent_runs=args.concurrent_runs,
-                                     retriever=args.retriever, embedder=args.embedder, attn=args.attn))
+                                     retriever=args.retriever, embedder=args.embedder, attn=args.attn, otlp=otlp))
         if not args.quiet:
             print(f"runs are stored in {args.db}", flush=True)
+            if otlp:
+                print(f"finished runs are streamed to {otlp}", flush=True)
         try:
             launch(demo, host=args.host, port=args.port, auth=auth, quiet=args.quiet, proxies=proxies)
         except OSError as exc:  # the port was taken between the check and the start
