@@ -89,6 +89,6 @@ def test_the_setting_comes_from_the_flag_or_the_environment(monkeypatch) -> None
 
 
 def test_serve_takes_the_setting() -> None:
-    from explorer.ui.server import parse_args
+    from explorer.ui.serving.server import parse_args
 
     assert parse_args(["--otlp", "http://localhost:6006"]).otlp == "http://localhost:6006"
