@@ -164,6 +164,6 @@ def test_targ_margin_and_gate_on_the_tiny_model(tiny_runtime) -> None:
 def test_etc_and_targ_signals_on_the_embedded_model(embedded_lm, demo_retriever) -> None:
     runtime = _runtime(embedded_lm, demo_retriever)
     # One round each, short: the series and the score are what is checked, not the answer.
-    check_etc(runtime, {"max_length": 16, "answer_tokens": 2, "max_rounds": 1})
-    check_targ(runtime, {"max_length": 8, "answer_tokens": 2, "prefix_tokens": 8, "gate": "entropy",
+    check_etc(runtime, {"max_length": 16, "answer_tokens": 2, "max_rounds": 1, "fewshot": 1})
+    check_targ(runtime, {"max_length": 8, "answer_tokens": 2, "prefix_tokens": 8, "gate": "entropy", "fewshot": 1,
                          "threshold": 0.5})
