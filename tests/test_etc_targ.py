@@ -14,9 +14,10 @@ import pytest
 import torch
 
 from explorer.engine.generation import Engine
+from explorer.engine.signals import Word
 from explorer.methods import common, prompts
 from explorer.methods.base import make_config, run_question
-from explorer.methods.etc.trend import first_trigger, trend
+from explorer.methods.etc.trend import sentence_scores, trend, word_entropies
 from explorer.runtime import Runtime
 from explorer.trace import Trace
 
@@ -52,31 +53,60 @@ def _entropy(logits: torch.Tensor) -> list[float]:
     return [float(-(row.exp() * row).sum()) for row in logp]
 
 
-def _ema(values: list[float | None], alpha: float) -> list[float | None]:
-    """The bias-corrected moving average, written as the weighted mean it equals."""
-    present: list[float] = []
-    out: list[float | None] = []
-    for v in values:
-        if v is None:
-            out.append(None)
-            continue
-        present.append(v)
-        weights = [(1 - alpha) ** (len(present) - 1 - k) for k in range(len(present))]
-        out.append(sum(w * x for w, x in zip(weights, present, strict=True)) / sum(weights))
-    return out
+def _authors_series(entropy: list[float], content: list[bool]) -> tuple[list[float], list[float], list[float]]:
+    """The authors' differences and dynamic smoothing, written again as their loops read (indices and all)."""
+    n = len(entropy)
+    s1, s2, mt = [0.0] * n, [0.0] * n, [0.0] * n
+    for i in range(1, n):
+        if content[i]:
+            j = i - 1
+            while j >= 0:
+                if content[j]:
+                    s1[i] = entropy[i] - entropy[j]
+                    break
+                if j == 0:
+                    break
+                j -= 1
+    for i in range(2, n):
+        if content[i]:
+            j = i - 1
+            while j >= 1:
+                if s1[j] != 0:
+                    s2[i] = s1[i] - s1[j]
+                    break
+                if j == 1:
+                    break
+                j -= 1
+    count, total, prev = 0, 0.0, 0.0
+    for i in range(2, n):
+        if s2[i] != 0:
+            count += 1
+            total += s2[i]
+            mean = total / count
+            w = abs(prev - mean) / (abs(s2[i] - mean) + abs(prev - mean))
+            a = 0.9 + 0.1 * w
+            mt[i] = a * s2[i] + (1 - a) * prev
+            prev = s2[i]
+    return s1, s2, mt
 
 
-def test_trend_differences_smoothing_and_trigger_on_a_written_series() -> None:
-    tr = trend([1.0, 1.0, 2.0, 4.0, 4.5], alpha=1.0)
-    assert tr.d1 == [None, 0.0, 1.0, 2.0, 0.5]
-    assert tr.d2 == [None, None, 1.0, 1.0, -1.5]
-    assert tr.smooth_d2 == tr.d2  # α = 1: no smoothing
-    assert first_trigger(tr, slope=0.0, curvature=0.5) == 2
-    assert first_trigger(tr, slope=0.0, curvature=0.5, start=4) is None  # Δ²H falls at the last token
-    assert first_trigger(tr, slope=1.5, curvature=0.5) == 3  # the slope must be steep enough too
-    smoothed = trend([1.0, 1.0, 2.0, 4.0, 4.5], alpha=0.3)
-    assert smoothed.smooth_d1 == pytest.approx(_ema(smoothed.d1, 0.3))
-    assert smoothed.smooth_d1[1] == 0.0 and smoothed.smooth_d2[2] == pytest.approx(1.0)  # the first is not damped
+def test_trend_differences_and_dynamic_smoothing_on_a_written_series() -> None:
+    entropy = [2.0, 0.5, 1.0, 3.0, 0.2, 2.5, 4.0]
+    content = [True, False, True, True, False, True, True]
+    tr = trend(entropy, content)
+    # ΔH skips the function words: word 2 is compared with word 0, word 5 with word 3.
+    assert tr.d1 == pytest.approx([0.0, 0.0, -1.0, 2.0, 0.0, -0.5, 1.5])
+    # Δ²H compares with the previous NON-ZERO ΔH: word 5 with word 3's, word 6 with word 5's.
+    assert tr.d2 == pytest.approx([0.0, 0.0, 0.0, 3.0, 0.0, -2.5, 2.0])
+    # First non-zero Δ²H: E = 3, w = |0 - 3| / (0 + 3) = 1, α = 1, M = 3.
+    assert tr.smooth[3] == pytest.approx(3.0) and tr.weight[3] == pytest.approx(1.0)
+    # Then E = 0.25, w = 2.75 / (2.75 + 2.75) = 0.5, α = 0.95, M = 0.95(-2.5) + 0.05(3).
+    assert tr.mean[5] == pytest.approx(0.25) and tr.smooth[5] == pytest.approx(0.95 * -2.5 + 0.05 * 3.0)
+    s1, s2, mt = _authors_series(entropy, content)
+    assert (tr.d1, tr.d2) == (pytest.approx(s1), pytest.approx(s2)) and tr.smooth == pytest.approx(mt)
+    assert word_entropies([1.0, 3.0, 2.0], [Word(0, 2, "ab"), Word(2, 3, "c")]) == [3.0, 2.0]  # max per word
+    # The indicator: attention scaled to mean 1 in each sentence, times M.
+    assert sentence_scores([1.0, 3.0, 2.0], [2.0, 1.0, 5.0], [(0, 2), (2, 3)]) == pytest.approx([1.0, 1.5, 5.0])
 
 
 def check_etc(runtime: Runtime, config: dict) -> Trace:
@@ -84,39 +114,57 @@ def check_etc(runtime: Runtime, config: dict) -> Trace:
     assert trace.status == "complete", trace.error
     trace.validate()
     tokens, logits = _first_span_logits(runtime, trace)
-    entropy = _entropy(logits)
-    alpha = trace.config["smoothing"]
-    d1 = [None] + [b - a for a, b in zip(entropy, entropy[1:], strict=False)]
-    d2 = [None, None] + [b - a for a, b in zip(d1[1:], d1[2:], strict=False)]
-    s1, s2 = _ema(d1, alpha), _ema(d2, alpha)
+    token_entropy = _entropy(logits)
+    assert [t["signals"]["entropy"] for t in tokens] == pytest.approx(token_entropy, abs=2e-5)
     check = trace.of_kind("check")[0]
     units = check.payload["units"]
+    # Words: max token entropy; the series by the authors' loops over the recorded content flags.
+    entropy = [max(token_entropy[a:b]) for a, b in (u["tokens"] for u in units)]
     assert [u["entropy"] for u in units] == pytest.approx(entropy, abs=2e-5)
-    assert [t["signals"]["entropy"] for t in tokens] == [u["entropy"] for u in units]
-    for u, a, b in zip(units, s1, s2, strict=True):
-        assert (u["smooth_d1"] is None) == (a is None) and (u["smooth_d2"] is None) == (b is None)
-        if a is not None:
-            assert u["smooth_d1"] == pytest.approx(a, abs=5e-5)
-        if b is not None:
-            assert u["smooth_d2"] == pytest.approx(b, abs=1e-4) and u["value"] == u["smooth_d2"]
-    # The decision follows the stated rule over the recorded series (and cuts right there).
-    slope, theta = trace.config["slope"], trace.config["threshold"]
-    expected = next((i for i, u in enumerate(units) if u["smooth_d1"] is not None and u["smooth_d2"] is not None
-                     and u["smooth_d1"] > slope and u["smooth_d2"] > theta), None)
+    s1, s2, mt = _authors_series([u["entropy"] for u in units], [u["content"] for u in units])
+    assert [u["d1"] for u in units] == pytest.approx(s1, abs=1e-9)
+    assert [u["d2"] for u in units] == pytest.approx(s2, abs=1e-9)
+    assert [u["smooth"] for u in units] == pytest.approx(mt, abs=1e-9)
+    # Attention from one eager pass over prompt + span: a word's largest share on one span word.
+    gen = trace.of_kind("generation")[0]
+    engine = runtime.engine
+    p = gen.payload["prompt_tokens"]
+    span = [t["id"] for t in tokens]
+    cfg = make_config(trace.method, trace.config)
+    _, prompt_ids, _ = engine.encode_prompt(prompts.build_prompt(trace.question, shots=common.shots(cfg, QUESTION)))
+    with torch.inference_mode():
+        out = engine.lm.model(input_ids=torch.tensor([prompt_ids + span]), output_attentions=True)
+    rows = out.attentions[-1][0].float().mean(dim=0)[p:]
+    for u in units:
+        a, b = u["tokens"]
+        row = rows[a:b].mean(dim=0)
+        best = max(float(row[p + c:p + d].sum()) for c, d in (v["tokens"] for v in units))
+        assert u["attention"] == pytest.approx(best / float(row.sum()), abs=1e-4)
+    # The indicator and the decision by the stated rule (and the cut at that word).
+    for n in {u["sentence"] for u in units if u["sentence"] >= 0}:
+        members = [u for u in units if u["sentence"] == n]
+        total = sum(u["attention"] for u in members)
+        for u in members:
+            assert u["value"] == pytest.approx(u["attention"] * len(members) / total * u["smooth"], abs=1e-6)
+    theta = trace.config["threshold"]
+    expected = next((i for i, u in enumerate(units) if u["eligible"] and u["value"] > theta), None)
     assert check.payload["fired"] == expected
+    assert all(not u["eligible"] for u in units if not u["content"])
     if expected is not None:
         trigger = trace.of_kind("trigger")[0]
-        assert trigger.payload["token_index"] == expected
-        assert trace.of_kind("truncation")[0].payload["token_index"] == expected
-        assert trace.of_kind("retrieval"), "a trigger retrieves"
+        assert trigger.payload["token_index"] == units[expected]["tokens"][0]
+        assert trace.of_kind("truncation")[0].payload["token_index"] == units[expected]["tokens"][0]
+        retrieval = trace.of_kind("retrieval")[0]
+        query = trace.event(retrieval.payload["query"]).payload
+        assert query["text"] and len(query["chosen"]) <= trace.config["top_n"]
     return trace
 
 
 def test_etc_series_and_trigger_on_the_tiny_model(tiny_runtime) -> None:
-    # The tiny model's entropies sit near log(vocab) and wobble by ~1e-4: θ = 0 fires on a rise.
-    trace = check_etc(tiny_runtime, {"max_length": 16, "answer_tokens": 2, "threshold": 0.0, "max_rounds": 2})
+    # The tiny model's entropies sit near log(vocab) and wobble by ~1e-4: a negative θ fires at once.
+    trace = check_etc(tiny_runtime, {"max_length": 16, "answer_tokens": 2, "threshold": -1.0, "max_rounds": 2})
     assert trace.of_kind("trigger")
-    quiet = check_etc(tiny_runtime, {"max_length": 16, "answer_tokens": 2, "threshold": 1.0, "max_rounds": 1})
+    quiet = check_etc(tiny_runtime, {"max_length": 16, "answer_tokens": 2, "threshold": 50.0, "max_rounds": 1})
     assert not quiet.of_kind("trigger") and not quiet.of_kind("retrieval")
 
 
