@@ -215,3 +215,24 @@ def test_etc_and_targ_signals_on_the_embedded_model(embedded_lm, demo_retriever)
     check_etc(runtime, {"max_length": 16, "answer_tokens": 2, "max_rounds": 1, "fewshot": 1})
     check_targ(runtime, {"max_length": 8, "answer_tokens": 2, "prefix_tokens": 8, "gate": "entropy", "fewshot": 1,
                          "threshold": 0.5})
+
+
+def test_etc_and_targ_run_in_an_evaluation_with_untouched_controls(tiny_runtime, tmp_db) -> None:
+    """The evaluation surface: both methods with every control at its default (only the length is shortened)."""
+    from explorer.eval.runner import EvalSettings, build_arms, run_evaluation
+    from explorer.store import RunStore
+
+    store = RunStore(tmp_db)
+    arms = build_arms(["etc", "targ"], settings=["max_length=12"])
+    settings = EvalSettings(name="recent", datasets=["demo"], arms=arms, limit=1, model="embedded", corpus="demo",
+                            batch_size=8)
+    run_evaluation(settings, store, runtime=tiny_runtime, show_progress=False)
+    traces = [trace for _, trace in store.traces(evaluation="recent")]
+    assert sorted(t.method for t in traces) == ["etc", "targ"]
+    for trace in traces:
+        assert trace.status == "complete", trace.error
+        trace.validate()
+        defaults = make_config(trace.method, {}).to_dict()
+        changed = {k for k, v in trace.config.items() if defaults.get(k) != v}
+        assert changed <= {"max_length"}, changed
+        assert trace.of_kind("check"), "the decision is in the trace"
