@@ -3,30 +3,28 @@
 Before answering, the model writes a short draft with no passages; an uncertainty score of the
 draft's prefix decides, once, whether the answer is written with retrieved passages or without.
 
-What the paper states, as implemented here:
+What the paper states, as implemented here (only its abstract could be read; the authors release
+no code, so no section or equation is cited; docs/recent-methods.md has the table):
 
-* the draft: a short no-context prefix of ``prefix_tokens`` tokens from the base model (the
-  abstract and section 3: "tens to hundreds of draft tokens"; the prefix length is ablated);
-* the entropy gate: the mean token entropy of the prefix (section 3, mean of ``H_t`` over the
-  prefix; the engine's ``entropy`` signal);
-* the margin gate: from the top-1/top-2 logit gap ``g_t = z_t^(1) - z_t^(2)`` through a monotone,
-  decreasing link, averaged over the prefix (section 3; the paper finds it the robust default on
-  instruction-tuned models, which is why it is the default gate here);
-* retrieve when the score exceeds τ (the gate is ``score > τ``); otherwise answer without passages.
+* the draft: "a short, no-context draft from the base model", "tens to hundreds of draft tokens";
+* the entropy gate: the draft prefix's "mean token entropy" (the engine's ``entropy`` signal);
+* the margin gate: "a margin signal derived from the top-1/top-2 logit gap via a monotone link",
+  "a robust default" under instruction-tuned models, which is why it is the default gate here;
+* "triggers retrieval only when the score exceeds a threshold" (the gate is ``score > τ``).
 
-Chosen where the available text does not give a constant:
+Chosen where the abstract gives no constant:
 
 * the link: ``exp(-g) = p₂/p₁`` (:mod:`explorer.methods.targ.signals`), which maps the gap into
-  (0, 1] and needs no scale constant;
-* τ = 0.5 for the margin gate (on average the runner-up at least half as likely as the chosen
-  token), not measured; the paper calibrates τ to a retrieval budget, which the what-if slider
-  over the recorded score does for one question;
-* ``prefix_tokens = 20``;
+  (0, 1], grows with uncertainty as entropy does, and needs no scale constant;
+* τ = 0.5 for the margin gate, model-free; the paper calibrates τ to a retrieval budget, which the
+  per-model presets do (benchmarks/calibrate_etc_targ.py) and the what-if slider does for one question;
+* ``prefix_tokens = 20`` (the low end of "tens");
 * with the gate shut the answer continues the draft (greedy, so the same text a fresh no-context
   answer would start with, without writing it twice); with the gate open the draft is discarded
   and the answer is written with the question's passages.
 
-The small-N variance gate (variance over a few sampled prefixes) is not built yet.
+The small-N variance gate ("variance across a handful of stochastic prefixes") is not built: the
+abstract does not say the variance of which quantity, nor N.
 
 The trace holds the draft (a generation event whose tokens carry ``entropy`` and ``margin``), the
 check with the chosen score as its one unit (and both scores, and the per-token values), and a
