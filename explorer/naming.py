@@ -32,6 +32,13 @@ PLAIN = {
     "rind-reference": "RIND as the DRAGIN authors' code computes it, per sentence",
     "mean(1-p)": "how unsure the model was on average over a sentence (1 − probability)",
     "u": "U: how much several sampled continuations disagree (SEAKR's uncertainty)",
+    "entropy trend (attention x smoothed δ²h)": "ETC's trend: how sharply the model's unsureness (entropy) began to "
+                                                "rise at this word, smoothed and weighted by attention (high = "
+                                                "uncertainty is starting to climb, before a wrong word is written)",
+    "mean margin": "TARG's margin: how close, on average over a short draft written without passages, the model's "
+                   "second choice came to its first (near 1 = torn between two tokens, near 0 = sure)",
+    "mean entropy": "TARG's entropy: how spread out the model's guesses were, on average over a short draft written "
+                    "without passages (high = unsure)",
 }
 
 

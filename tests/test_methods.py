@@ -26,7 +26,7 @@ from explorer.trace import Trace
 LEWISTON = "What is the seating capacity of the arena where the Lewiston Maineiacs played their home games?"
 SAVILLE = "Who lived longer, Alejandro Jodorowsky or Philip Saville?"
 ALL = [("wo", "paper"), ("sr", "paper"), ("fl", "paper"), ("fs", "paper"), ("flare", "paper"),
-       ("flare", "reference"), ("dragin", "paper"), ("dragin", "reference")]
+       ("flare", "reference"), ("dragin", "paper"), ("dragin", "reference"), ("etc", "paper"), ("targ", "paper")]
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +70,8 @@ def test_every_method_writes_a_consistent_trace_on_the_tiny_model(tiny_runtime, 
 
 
 def _low_thresholds(method: str) -> dict:
-    return {"dragin": {"threshold": 0.01}, "flare": {"threshold": 0.5}}.get(method, {})
+    return {"dragin": {"threshold": 0.01}, "flare": {"threshold": 0.5},
+            "etc": {"threshold": 0.0, "max_rounds": 3}}.get(method, {})
 
 
 @pytest.mark.slow

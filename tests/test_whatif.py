@@ -98,6 +98,8 @@ def _replay_reproduces(trace, threshold):
     ("dragin", "reference", {"threshold": 1.0}),
     ("flare", "paper", {"threshold": 0.3}),
     ("flare", "reference", {"threshold": 0.5}),
+    ("etc", "paper", {"threshold": 0.0}),
+    ("targ", "paper", {"threshold": 0.5}),
 ])
 def test_replay_at_the_recorded_threshold_reproduces_every_recorded_decision(tiny_lm, demo_retriever, method, variant,
                                                                            settings):

@@ -248,7 +248,7 @@ def register(controller: RunController, store: RunStore, model: str, *, cache: A
 
         Args:
             question: the question text
-            method: a method name (wo, sr, fl, fs, flare, dragin, seakr, blendfilter, drrag)
+            method: a method name (wo, sr, fl, fs, flare, dragin, seakr, blendfilter, drrag, etc, targ)
             variant: paper or reference (empty: the method's default)
             settings: a JSON object of the method's settings, e.g. {"threshold": 0.3}
             idempotency_key: any text unique to this request (a UUID); a retried call with the same key returns the

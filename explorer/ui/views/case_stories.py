@@ -583,6 +583,93 @@ def _traditional(trace: Trace, _beside: Trace | None) -> Told:
     return told
 
 
+def _kept_before_trigger(trace: Trace) -> str | None:
+    """The draft text a method kept before its first retrieval (None when it never cut a draft)."""
+    cut = next(iter(trace.of_kind("truncation")), None)
+    return str(cut.payload.get("kept_text") or "") if cut is not None else None
+
+
+def _beside_dragin(beside: Trace | None) -> tuple[str, str | None]:
+    """DRAGIN's decision on the same question, as a fact, and the draft text it kept before searching."""
+    if beside is None:
+        return "", None
+    trig = first_trigger(beside)
+    if trig is None:
+        return "Beside it, DRAGIN's RIND never went over θ, so DRAGIN never searched.", None
+    return (f"Beside it, DRAGIN fired at the token {quote(token_text(trig.payload.get('token')), 30)} "
+            f"(RIND = {fmt(trig.payload.get('value'))} over θ = {fmt(trig.payload.get('threshold'))})."), \
+        _kept_before_trigger(beside)
+
+
+def _etc(trace: Trace, beside: Trace | None) -> Told:
+    told = Told()
+    drafts = [e for e in trace.of_kind("generation") if e.payload.get("purpose") == "draft"]
+    if drafts:
+        told.facts.append(f"Its first draft: {quote(drafts[0].payload.get('text'), 160)}")
+    trig = first_trigger(trace)
+    kept = _kept_before_trigger(trace)
+    if trig is None:
+        told.facts.append("The entropy trend never went over θ, so ETC never searched.")
+    else:
+        p = trig.payload
+        told.facts.append(f"The entropy trend first went over θ = {fmt(p.get('threshold'))} at the word "
+                          f"{quote(token_text(p.get('token')), 30)}: its attention x smoothed second difference "
+                          f"of the entropy was {fmt(p.get('value'))} (entropy {fmt(p.get('entropy'))}).")
+        if kept is not None:
+            told.facts.append(f"The draft was cut before that word, keeping {quote(kept, 160)}.")
+        query = next((e for e in trace.of_kind("query") if e.id > trig.id), None)
+        if query is not None:
+            told.facts.append(f"It searched with the words the flagged word attends to: "
+                              f"{quote(query.payload.get('text'), 160)}.")
+        told.look = token_look(trace, int(p["span"]), int(p["token_index"]),
+                               f"the word {quote(token_text(p.get('token')), 30)} where the trend fired")
+    dragin_fact, dragin_kept = _beside_dragin(beside)
+    if dragin_fact:
+        told.facts.append(dragin_fact)
+    told.facts += [gold_fact(trace), answer_fact(trace)]
+    after = retrieval_after(trace, trig.id) if trig is not None else None
+    told.beats = [
+        Check("ETC searches at another point of the answer than DRAGIN",
+              beside is not None and (kept or None) != (dragin_kept or None)),
+        Check("its query brings back a gold passage",
+              after is not None and any(pid in hit_ids(after) for pid in gold_ids(trace))),
+        Check("the answer is right", matches_gold(trace)),
+    ]
+    if beside is not None and kept is not None and dragin_kept is not None and len(kept) < len(dragin_kept):
+        told.claims = [Check("ETC retrieves earlier in the answer than DRAGIN, before any digit of the capacity "
+                             "is written.", not re.search(r"\d", kept))]
+    return told
+
+
+def _targ(trace: Trace, beside: Trace | None) -> Told:
+    told = Told()
+    check = next(iter(trace.of_kind("check")), None)
+    draft = next(iter(trace.of_kind("generation")), None)
+    if draft is not None:
+        told.facts.append(f"Its short draft without passages: {quote(draft.payload.get('text'), 160)}")
+    opened = check is not None and check.payload.get("fired") is not None
+    if check is not None:
+        unit = (check.payload.get("units") or [{}])[0]
+        then = ("searched once, with the question, and wrote the answer with the passages" if opened
+                else "answered without searching")
+        told.facts.append(f"The draft's {check.payload.get('signal')} was {fmt(unit.get('value'))}, "
+                          f"{'over' if opened else 'not over'} τ = {fmt(check.payload.get('threshold'))}, so TARG "
+                          f"{then}.")
+    if draft is not None:
+        told.look = token_look(trace, draft.id, 0, "the first token of the draft the gate scored")
+    dragin_fact, _ = _beside_dragin(beside)
+    if dragin_fact:
+        told.facts.append(dragin_fact)
+    told.facts += [gold_fact(trace), answer_fact(trace)]
+    dragin_searched = beside is not None and beside.costs.retrievals > 0
+    told.beats = [
+        Check("TARG decides once, before writing, where DRAGIN decides while writing", beside is not None),
+        Check("its decision differs from DRAGIN's (search or not)", beside is not None and opened != dragin_searched),
+        Check("the answer is right", matches_gold(trace)),
+    ]
+    return told
+
+
 STORIES: dict[str, CaseStory] = {s.key: s for s in (
     CaseStory("dragin-wo", "DRAGIN", "appendix C",
               "The case study begins with what the model writes on its own: it names the arena where the Lewiston "
@@ -623,6 +710,15 @@ STORIES: dict[str, CaseStory] = {s.key: s for s in (
               "album but not his partner, whose article never mentions Green; searching again with the question "
               "joined to the album's passage finds Miquette Giraudy, a small classifier accepts the pair, and the "
               "answer is right where traditional retrieval answered Debbie Allen.", _drrag),
+    CaseStory("dragin-etc", "DRAGIN", "appendix C (ETC, arXiv 2511.09980)",
+              "The same question with ETC, which watches how the model's uncertainty changes word by word: it "
+              "retrieves where the entropy starts to climb sharply (the smoothed second difference, weighted by "
+              "attention), to bring the passages in before the wrong words are written. DRAGIN's run on the same "
+              "question and model is shown beside it.", _etc),
+    CaseStory("dragin-targ", "DRAGIN", "appendix C (TARG, arXiv 2511.09803)",
+              "The same question with TARG, which decides once, before answering: the model writes a short draft "
+              "without passages, and only if that draft is uncertain (its top two choices close, on average) does "
+              "TARG search. DRAGIN's run on the same question and model is shown beside it.", _targ),
 )}
 
 

@@ -1,0 +1,104 @@
+"""TARG (Training-free Adaptive Retrieval Gating, Wang, Wei and Ling, arXiv 2511.09803): one gate per question.
+
+Before answering, the model writes a short draft with no passages; an uncertainty score of the
+draft's prefix decides, once, whether the answer is written with retrieved passages or without.
+
+What the paper states, as implemented here (only its abstract could be read; the authors release
+no code, so no section or equation is cited; docs/recent-methods.md has the table):
+
+* the draft: "a short, no-context draft from the base model", "tens to hundreds of draft tokens";
+* the entropy gate: the draft prefix's "mean token entropy" (the engine's ``entropy`` signal);
+* the margin gate: "a margin signal derived from the top-1/top-2 logit gap via a monotone link",
+  "a robust default" under instruction-tuned models, which is why it is the default gate here;
+* "triggers retrieval only when the score exceeds a threshold" (the gate is ``score > τ``).
+
+Chosen where the abstract gives no constant:
+
+* the link: ``exp(-g) = p₂/p₁`` (:mod:`explorer.methods.targ.signals`), which maps the gap into
+  (0, 1], grows with uncertainty as entropy does, and needs no scale constant;
+* τ = 0.5 for the margin gate, model-free; the paper calibrates τ to a retrieval budget, which the
+  per-model presets do (benchmarks/calibrate_etc_targ.py) and the what-if slider does for one question;
+* ``prefix_tokens = 20`` (the low end of "tens");
+* with the gate shut the answer continues the draft (greedy, so the same text a fresh no-context
+  answer would start with, without writing it twice); with the gate open the draft is discarded
+  and the answer is written with the question's passages.
+
+The small-N variance gate ("variance across a handful of stochastic prefixes") is not built: the
+abstract does not say the variance of which quantity, nor N.
+
+The trace holds the draft (a generation event whose tokens carry ``entropy`` and ``margin``), the
+check with the chosen score as its one unit (and both scores, and the per-token values), and a
+trigger event when the gate opens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from explorer.config import param
+from explorer.engine.generation import Generation
+from explorer.methods import common, prompts
+from explorer.methods.base import Method, register
+from explorer.methods.targ import signals
+from explorer.trace import TraceRecorder
+
+GATES = ("margin", "entropy")
+
+
+@dataclass
+class TargConfig(common.RetrievalConfig):
+    gate: str = param("margin", choices=GATES,
+                      help="the draft's score: mean margin p2/p1 (the paper's robust default) or mean entropy")
+    threshold: float = param(0.5, lo=0.0, hi=100.0,
+                             help="τ: retrieve when the draft's score exceeds it (margin in (0, 1], entropy in nats)")
+    prefix_tokens: int = param(20, lo=1, hi=256, help="tokens of the no-context draft the gate scores")
+
+
+def mean(values: list[float | None]) -> float | None:
+    present = [float(v) for v in values if v is not None]
+    return sum(present) / len(present) if present else None
+
+
+@register
+class Targ(Method, name="targ", config=TargConfig,
+           title="TARG (one quick draft decides whether to retrieve at all)"):
+    def run(self, question: str, rec: TraceRecorder) -> None:
+        cfg, engine = self.config, self.engine
+        shots = common.shots(cfg, question)
+        draft = common.generate(engine, rec, prompts.build_prompt(question, shots=shots),
+                                max_new_tokens=min(cfg.prefix_tokens, cfg.max_length), purpose="draft",
+                                signals=(signals.MARGIN.id,))
+        if self._gate(rec, draft):
+            common.cut(rec, draft, 0, reason="the gate opened: the answer is written with retrieved passages")
+            hits, retrieval = common.search(rec, self.retriever, question, cfg.top_k, source="question")
+            gen = common.generate(engine, rec, prompts.build_prompt(question, shots=shots, hits=hits),
+                                  max_new_tokens=cfg.max_length, purpose="answer")
+            common.continuation(rec, gen, retrieval)
+            common.finish(engine, rec, cfg, question, gen.text, hits)
+            return
+        text = draft.text
+        budget = cfg.max_length - len(draft.tokens)
+        if budget > 0 and draft.stopped_by == "max_tokens" and not prompts.has_answer(text):
+            rest = common.generate(engine, rec, prompts.build_prompt(question, shots=shots, answer_so_far=text),
+                                   max_new_tokens=budget, purpose="answer")
+            text = prompts.join_text(text, rest.text)
+        common.finish(engine, rec, cfg, question, text)
+
+    def _gate(self, rec: TraceRecorder, draft: Generation) -> bool:
+        cfg = self.config
+        margins = [t.signals.get(signals.MARGIN.id) for t in draft.tokens]
+        entropies = [t.entropy for t in draft.tokens]
+        scores = {"margin": mean(margins), "entropy": mean(entropies)}
+        score = scores[cfg.gate]
+        unit = {"text": draft.text, "value": score, "eligible": score is not None, "gate": cfg.gate,
+                "scores": scores, "margins": margins, "entropies": entropies}
+        fired = 0 if score is not None and score > cfg.threshold else None
+        fired = common.check(rec, span=draft.event_id, signal=f"mean {cfg.gate}", threshold=cfg.threshold,
+                             compare=">", units=[unit], fired=fired, unit="question", gate=cfg.gate,
+                             rule=f"retrieve once, before answering, when the no-context draft's mean {cfg.gate} "
+                                  "exceeds the threshold")
+        if fired is None:
+            return False
+        rec.add("trigger", span=draft.event_id, token_index=0, signal=f"mean {cfg.gate}", value=score,
+                threshold=cfg.threshold, token=draft.text, unit="question")
+        return True
