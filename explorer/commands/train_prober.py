@@ -28,7 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("train-prober", help="train Probing-RAG's hidden-state prober for a model",
                                    description="Answer benchmark questions without retrieval, label each answer "
                                                "right or wrong, and fit the prober on one layer's hidden states.")
-    parser.add_argument("--model", default="embedded", help="model to train for (default: the embedded model)")
+    parser.add_argument("--model", default="embedded", help="model to train for (default: the embedded model; "
+                        "tiny: the test suite's random model)")
     parser.add_argument("--data", type=Path, default=None, help="benchmark data folder (default: ../shared/data)")
     parser.add_argument("--questions", type=int, default=120,
                         help="questions used, split evenly over HotpotQA dev and NQ-open dev (default 120)")
@@ -122,13 +123,16 @@ def train(engine: Any, pairs: list[tuple[str, list[str]]], *, layer: int | None,
 
 def run(args: argparse.Namespace) -> int:
     from explorer.engine.generation import Engine
-    from explorer.engine.loader import load_model
+    from explorer.engine.loader import load_model, tiny_random_model
     from explorer.methods.probing_rag.prober import user_folder
     from explorer.paths import shared_data_dir
 
     data = args.data or shared_data_dir()
     pairs, digest = read_pairs(data, args.questions)
-    engine = Engine(load_model(args.model))
+    # "tiny": the 2-layer random model the test suite runs every method on; its prober is shipped so that
+    # Probing-RAG runs there with its controls untouched (its numbers mean nothing about any real model).
+    lm = tiny_random_model(seed=0) if args.model == "tiny" else load_model(args.model)
+    engine = Engine(lm)
     command = (f"python -m explorer train-prober --model {args.model} --questions {args.questions} "
                 f"--fewshot {args.fewshot} --max-tokens {args.max_tokens} --seed {args.seed}")
     prober = train(engine, pairs, layer=args.layer, seed=args.seed, held_out=args.held_out,

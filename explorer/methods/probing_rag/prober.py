@@ -142,7 +142,8 @@ def fit_head(states: torch.Tensor, labels: torch.Tensor, *, seed: int, steps: in
         head.linear.weight.copy_(torch.rand(head.linear.weight.shape, generator=gen) * 2 * bound - bound)
         head.linear.bias.zero_()
     positives = float(labels.sum())
-    weight = torch.tensor((len(labels) - positives) / max(positives, 1.0)) if positives else torch.tensor(1.0)
+    negatives = len(labels) - positives
+    weight = torch.tensor(negatives / positives if positives and negatives else 1.0)
     loss_fn = nn.BCEWithLogitsLoss(pos_weight=weight)  # balance the classes: few small-model answers are right
     opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=weight_decay)
     head.train()
