@@ -25,6 +25,8 @@ EVENT_NAMES = {"generation": "span", "retrieval": "retrieval", "check": "check",
 
 #: Signals in plain words (what a teacher says), by the name a check or trigger records.
 PLAIN = {
+    "prober_p": "Probing-RAG's prober: how likely, read from the model's hidden states at one layer while it wrote "
+                "its answer, that the answer is wrong and a search is needed (high = search)",
     "prob": "probability: how likely the model found the token it wrote (low = unsure)",
     "entropy": "entropy: how spread out the model's guesses for the next token were (high = unsure)",
     "amax": "amax: the most attention a token received from the text written after it (high = it mattered)",

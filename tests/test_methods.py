@@ -26,7 +26,8 @@ from explorer.trace import Trace
 LEWISTON = "What is the seating capacity of the arena where the Lewiston Maineiacs played their home games?"
 SAVILLE = "Who lived longer, Alejandro Jodorowsky or Philip Saville?"
 ALL = [("wo", "paper"), ("sr", "paper"), ("fl", "paper"), ("fs", "paper"), ("flare", "paper"),
-       ("flare", "reference"), ("dragin", "paper"), ("dragin", "reference"), ("etc", "paper"), ("targ", "paper")]
+       ("flare", "reference"), ("dragin", "paper"), ("dragin", "reference"), ("etc", "paper"), ("targ", "paper"),
+       ("probing_rag", "paper")]
 
 
 @pytest.fixture(scope="module")
