@@ -70,7 +70,7 @@ class Method:
 
 #: The order methods are listed in everywhere (controls, tables): baselines first, then the papers'
 #: methods; a method not listed here follows, by name.
-ORDER = ("wo", "sr", "fl", "fs", "flare", "dragin", "seakr", "blendfilter", "drrag", "etc", "targ")
+ORDER = ("wo", "sr", "fl", "fs", "flare", "dragin", "seakr", "blendfilter", "drrag", "etc", "targ", "probing_rag")
 
 
 def register(cls: type[Method]) -> type[Method]:
