@@ -117,8 +117,9 @@ def case_links(shelf: gallery.Gallery) -> list[tuple[str, list[tuple[str, str]],
     """The recorded runs grouped by case study: (title, [(method label, key)], comparison link or '').
 
     A run recorded as another's contrast (DR-RAG's one-shot SR-RAG run) has no link of its own: it
-    opens beside the run it is contrasted with (``?case=drrag-sr`` still opens it alone)."""
-    contrasts = {i.beside for i in shelf.items if i.beside}
+    opens beside the run it is contrasted with (``?case=drrag-sr`` still opens it alone). A case's own
+    method's run keeps its link when newer methods are recorded beside it (DRAGIN beside ETC)."""
+    contrasts = {i.beside for i in shelf.items if i.beside} - {i.key for i in shelf.items if i.method == i.case}
     out: list[tuple[str, list[tuple[str, str]], str]] = []
     for case in dict.fromkeys(i.case for i in shelf.items):
         items = [i for i in shelf.items if i.case == case and i.key not in contrasts]
@@ -128,9 +129,11 @@ def case_links(shelf: gallery.Gallery) -> list[tuple[str, list[tuple[str, str]],
 
 
 def case_label(shelf: gallery.Gallery, item: gallery.Item) -> str:
-    """A case link's text: the method, and the run shown beside it, if any (``DR-RAG beside SR-RAG``)."""
+    """A case link's text: the method, and the run shown beside it, if any (``DR-RAG vs SR-RAG``)."""
     beside = shelf.item(item.beside) if item.beside else None
-    return method_title(item.method) + (f" beside {method_title(beside.method)}" if beside is not None else "")
+    if beside is None or beside.method == item.case:  # beside the case's own method: the group says which
+        return method_title(item.method)
+    return method_title(item.method) + f" vs {method_title(beside.method)}"
 
 
 def method_title(method: str) -> str:
