@@ -62,7 +62,8 @@ def test_methods_of_one_press_run_together_through_the_batch_as_they_would_in_tu
         specs = [_spec("flare", max_length=16, fewshot=1, answer_tokens=4, threshold=0.3),
                  _spec("wo", max_length=12, fewshot=1, answer_tokens=2),
                  _spec("fl", max_length=16, fewshot=1, answer_tokens=2),
-                 _spec("sr", max_length=8, fewshot=1, answer_tokens=2)]
+                 _spec("sr", max_length=8, fewshot=1, answer_tokens=2),
+                 _spec("probing_rag", max_length=8, fewshot=1, answer_tokens=2)]  # its own pass beside the batch
         updates = list(controller.stream("Where did the Lewiston Maineiacs play?", specs, gold=None, session="s"))
         return updates, [controller.store.get(i) for i in updates[-1].run_ids]
 
@@ -74,13 +75,17 @@ def test_methods_of_one_press_run_together_through_the_batch_as_they_would_in_tu
     finally:
         batching.disable(engine)
     assert any("at once" in u.status for u in updates if not u.done), "the methods did not run together"
-    assert [t.method for t in together] == ["flare", "wo", "fl", "sr"] == [t.method for t in alone]
+    assert [t.method for t in together] == ["flare", "wo", "fl", "sr", "probing_rag"] == [t.method for t in alone]
 
     def tokens(trace) -> list[list[int]]:
         return [[tok["id"] for tok in e.payload["tokens"]] for e in trace.of_kind("generation")]
 
+    def checks(trace) -> list[list[float]]:
+        return [[round(u["value"], 4) for u in e.payload.get("units", [])] for e in trace.of_kind("check")]
+
     for a, b in zip(alone, together, strict=True):
         assert b.status == "complete" and tokens(a) == tokens(b) and a.answer == b.answer, a.method
+        assert checks(a) == checks(b), a.method  # signals read beside the batch (the prober's pass) alike
 
 
 def test_cancel_stops_within_tokens_and_stores_the_partial_run(controller):
