@@ -53,7 +53,10 @@ class ProbingRAG(Method, name="probing_rag", title="Probing-RAG (hidden-state pr
             gen = common.generate(self.engine, rec, segments, max_new_tokens=cfg.max_length, purpose="answer")
             if retrieval is not None:
                 common.continuation(rec, gen, retrieval)
-            state = answer_state(self.engine.model, gen.prompt_ids, gen.ids, prober.layer)
+            # Under the engine's lock, as its own passes: when concurrent runs share the batch, its hidden-state
+            # and attention hooks sit on this model and are live only while the batch steps under that lock.
+            with self.engine.lock:
+                state = answer_state(self.engine.model, gen.prompt_ids, gen.ids, prober.layer)
             p = prober.probability(state)
             can_search = searches < cfg.max_retrievals
             fires = p > cfg.threshold
