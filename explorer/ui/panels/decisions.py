@@ -21,6 +21,7 @@ from explorer.eval.metrics import exact_match
 from explorer.trace import Event
 from explorer.ui.panels.predict import Question, check_question, retrieval_question
 from explorer.ui.views.html import esc, fmt, section, short
+from explorer.ui.views.terms import mark_terms
 from explorer.ui.views.view import TraceView, ViewOptions
 
 
@@ -307,13 +308,21 @@ def _asked(d: Decision) -> str:
             f' data-answer="{esc(q.answer)}"')
 
 
+def _words(d: Decision) -> str:
+    """A decision's title and why, escaped, each of the page's words explained where it first appears in
+    them (presenting mode's bar shows the same markup, so the words explain themselves there too)."""
+    seen: set[str] = set()
+    return (f"<b>{mark_terms(d.title, seen)}</b>. "
+            f'<span class="dre-why-text">{mark_terms(d.why, seen)}</span>')
+
+
 def render(view: TraceView, opts: ViewOptions) -> str:
     found = decisions(view)
     if not found or opts.live:
         return ""
     items = "".join(f'<li class="dre-decision" data-kind="{esc(d.kind)}" data-target="{esc(d.target)}"'
                     + (f' data-bar="{d.bar}"' if d.bar is not None else "") + _asked(d)
-                    + f'><b>{esc(d.title)}</b>. <span class="dre-why-text">{esc(d.why)}</span></li>' for d in found)
+                    + f">{_words(d)}</li>" for d in found)
     body = (f'<details class="dre-decisions-box"><summary>'
             f"{len(found)} decision(s), in the order they were made</summary>"
             f'<ol class="dre-decisions">{items}</ol></details>')
