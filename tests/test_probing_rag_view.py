@@ -94,6 +94,9 @@ def test_presenting_steps_through_the_probers_reading_of_its_layer(capped) -> No
         assert f"P(needs retrieval) = {p:.3g}" in step.why and "θ = 0" in step.why
         assert f"over its {tokens} token(s)" in step.why and check.payload["prober"] in step.why, step.why
     assert "so it searched" in readings[0].why and "searches were spent" in readings[-1].why
+    capped_check = steps[max(i for i, d in enumerate(steps) if d.kind == "prober") - 1]
+    assert capped_check.kind == "kept" and "could fire" in capped_check.why and "had prober_p" not in capped_check.why
+    assert capped_check.question is None  # nothing eligible to ask about
     # each reading follows its own check, in the order the decisions were made
     kinds = [d.kind for d in steps]
     assert [kinds[i - 1] for i, k in enumerate(kinds) if k == "prober"] == ["fired", "fired", "kept"]

@@ -107,6 +107,13 @@ def _check(view: TraceView, e: Event, cuts: dict[int, Event]) -> Decision:
     if values:
         best = max(values, key=lambda pair: pair[0]) if compare == ">" else min(values, key=lambda pair: pair[0])
         closest = f"the {'highest' if compare == '>' else 'lowest'} was {fmt(best[0])} at {_unit_text(best[1])}"
+    elif units:
+        # Every unit was recorded not eligible (Probing-RAG once its searches are spent): none could fire,
+        # whatever its value, so "no unit was over θ" would not be true.
+        return Decision(f"No retrieval ({where})",
+                        f"No {unit_name} of this check could fire (the method allowed no retrieval here), so the "
+                        f"text was kept. {words[:1].upper()}{words[1:]}.", _token_target(p, None), kind,
+                        check_question(p))
     else:
         closest = f"no {unit_name} could fire"
     return Decision(f"No retrieval ({where})",
