@@ -60,10 +60,13 @@ class ProbingRAG(Method, name="probing_rag", title="Probing-RAG (hidden-state pr
             p = prober.probability(state)
             can_search = searches < cfg.max_retrievals
             fires = p > cfg.threshold
+            # Once the searches are spent the answer cannot fire whatever p is: not eligible, so a what-if
+            # replay of this check at another threshold keeps it unfired as the run did.
             fired = common.check(rec, span=gen.event_id, signal="prober_p", threshold=cfg.threshold, compare=">",
-                                 units=[{"text": gen.text, "value": round(p, 6)}],
+                                 units=[{"text": gen.text, "value": round(p, 6), "eligible": can_search}],
                                  fired=0 if fires and can_search else None,
                                  rule="P(needs retrieval) from the prober on the answer's hidden states",
+                                 unit="answer",
                                  layer=prober.layer, prober=prober.key, round=searches)
             if fired is None:
                 break
