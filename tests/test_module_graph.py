@@ -16,7 +16,6 @@ ROOT = Path(__file__).resolve().parent.parent / "explorer"
 #: that is gone (strike it from the list, so that it cannot come back unnoticed).
 KNOWN_CIRCLES: set[tuple[str, ...]] = {
     ("explorer.retrieval.benchmark", "explorer.retrieval.corpora"),
-    ("explorer.methods", "explorer.methods.base", "explorer.methods.resolve"),
     ("explorer.methods.seakr.method", "explorer.methods.seakr.reference_loop"),
 }
 
