@@ -257,6 +257,14 @@ def cut(rec: TraceRecorder, gen: Generation, token_index: int, *, reason: str, *
     return kept
 
 
+def cut_before_sentence(rec: TraceRecorder, gen: Generation, decision: Any, *, reason: str) -> str:
+    """The reference variants' cut: ``gen`` keeps the sentences before ``decision.sentence_start`` and the
+    truncation event records ``decision.kept_text`` (the kept text as the authors' code re-joins it), returned."""
+    kept = decision.kept_text
+    cut(rec, gen, token_at_char(gen, decision.sentence_start), kept_as=kept, reason=reason)
+    return kept
+
+
 def first_sentence_end(text: str) -> int:
     """Character offset where the first sentence of ``text`` ends (spaCy's sentence splitter)."""
     from explorer.engine.language import get_language

@@ -129,9 +129,8 @@ class Dragin(Method, name="dragin", title="DRAGIN (RIND + QFS)", config=DraginCo
             if decision is None:
                 text = rules.append_text(text, gen.text)
             else:
-                kept = decision.kept_text
-                common.cut(rec, gen, common.token_at_char(gen, decision.sentence_start), kept_as=kept,
-                           reason="truncated at the start of the flagged sentence")
+                kept = common.cut_before_sentence(rec, gen, decision,
+                                                  reason="truncated at the start of the flagged sentence")
                 result = qfs.reference_query(engine, question + " " + text + " " + kept, decision.word_texts,
                                              decision.hits, cfg.top_n, max_query_tokens=cfg.max_query_tokens)
                 rec.costs.forward_passes += 1
