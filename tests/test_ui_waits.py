@@ -50,7 +50,7 @@ def test_a_first_estimate_says_so_until_a_run_of_the_method_finished_on_that_mod
     rates = RunRates()
     guess = rates.estimate("seakr", "m")
     assert not guess.measured and guess.seconds == FIRST_GUESS_SECONDS["seakr"]
-    assert "a first estimate: no run of seakr has finished" in guess.describe()
+    assert "a first estimate: seakr has not run on this server yet" in guess.describe()
     rates.record("seakr", "m", 42.0)
     measured = rates.estimate("seakr", "m")
     assert measured.measured and measured.seconds == 42.0
@@ -71,7 +71,7 @@ def test_the_stored_runs_teach_only_complete_whole_runs(stored, runtime) -> None
     assert not rates.estimate("sr", model).measured  # its only run was cancelled
     both = rates.estimate_all(["wo", "sr"], model)
     assert both.seconds == pytest.approx(wo.seconds + FIRST_GUESS_SECONDS["sr"]) and both.guessed == ("sr",)
-    assert "no run of sr has finished" in both.describe()
+    assert "a first estimate: sr has not run" in both.describe()
 
 
 def test_recent_runs_outweigh_old_ones() -> None:

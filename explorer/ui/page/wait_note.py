@@ -27,11 +27,12 @@ def offer_html(shelf: gallery.Gallery, methods: list[str]) -> str:
     found = [(m, item) for m in methods if (item := recorded_for(shelf, m)) is not None]
     if not found:
         return ""
+    alone = len(found) == 1
     each = " · ".join(f'<a href="?case={esc(item.key)}" data-case="{esc(item.key)}" '
-                      f'aria-label="open the recorded {esc(links.method_title(m))} run on the '
+                      f'aria-label="open the recorded {esc(links.method_title(m))} run of the '
                       f'{esc(gallery.CASE_TITLES.get(item.case, item.case))} case study, no wait">'
-                      f"{esc(links.method_title(m))}</a>" for m, item in found)
-    return f' <span class="dre-wait-offer">No wait: the recorded {each}.</span>'
+                      f"{esc(links.method_title(m))}{' run' if alone else ''}</a>" for m, item in found)
+    return f' <span class="dre-wait-offer">No wait: the recorded {each if alone else "runs of " + each}.</span>'
 
 
 def wait_html(controller: Any, shelf: gallery.Gallery, methods: list[str]) -> str:
@@ -41,5 +42,6 @@ def wait_html(controller: Any, shelf: gallery.Gallery, methods: list[str]) -> st
         return ""
     estimate = controller.wait_estimate(methods)
     names = " + ".join(links.method_title(m) for m in methods)
-    return (f'<div class="dre-root dre-note dre-wait" data-measured="{int(estimate.measured)}">Live {esc(names)}: '
+    return (f'<div class="dre-root dre-note dre-wait" data-measured="{int(estimate.measured)}">'
+            f"Live run of {esc(names)}: "
             f"{esc(estimate.describe())}.{offer_html(shelf, methods)}</div>")

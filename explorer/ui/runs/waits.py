@@ -62,8 +62,8 @@ class WaitEstimate:
             runs = f"{self.measured_runs} run{'s' if self.measured_runs != 1 else ''}"
             return f"about {wait_text(self.seconds)} on this server (measured over its last {runs})"
         which = ", ".join(self.guessed)
-        return (f"about {wait_text(self.seconds)} (a first estimate: no run of {which} has finished on this "
-                "server yet)")
+        verb = "has" if len(self.guessed) == 1 else "have"
+        return f"about {wait_text(self.seconds)} (a first estimate: {which} {verb} not run on this server yet)"
 
 
 def usable(row: Mapping[str, Any]) -> bool:
