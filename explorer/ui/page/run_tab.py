@@ -274,9 +274,9 @@ def run_handler(tab: RunTab, controller: RunController, cache: TraceCache) -> Ca
 
 
 def wire_recorded(tab: RunTab, shelf: gallery.Gallery, cache: TraceCache, on_run: Callable[..., Iterator[tuple]],
-                  run_inputs: set, outputs: list) -> None:
+                  run_inputs: set, outputs: list) -> Any:
     """Links open runs, comparisons and recorded cases with no model call; "Run it live" sets the controls
-    to the recorded run and runs it."""
+    to the recorded run and runs it (returned: that run's event, for what follows it)."""
     qc, ms, view, block = tab.questions, tab.settings, tab.view, tab.shelf_block
     method_params = {m: [(name, c) for (mm, name), c in ms.params.items() if mm == m] for m in tab.methods}
     fill_outputs = [qc.source, qc.picked, qc.question, qc.gold, tab.run.chosen, *ms.variants.values(),
@@ -339,7 +339,7 @@ def wire_recorded(tab: RunTab, shelf: gallery.Gallery, cache: TraceCache, on_run
     def on_run_live(data: dict, request: gr.Request) -> Iterator[tuple]:
         yield from on_run(data, request, recorded=shelf.item(data[block.key]))
 
-    block.live.click(fill_from, [block.key, qc.source], fill_outputs, queue=False, **QUIET).then(
+    return block.live.click(fill_from, [block.key, qc.source], fill_outputs, queue=False, **QUIET).then(
         lambda: gr.update(visible=False), None, block.row, queue=False, **QUIET).then(
         on_run_live, {*run_inputs, block.key}, outputs, concurrency_limit=EVENT_LIMIT, concurrency_id=MODEL_QUEUE,
         **QUIET)
@@ -364,14 +364,15 @@ def wire(tab: RunTab, controller: RunController, cache: TraceCache, shelf: galle
                      js="() => { window.DRE && window.DRE.follow && window.DRE.follow('run'); }", **QUIET)
     ran = rc.run_btn.click(on_run, run_inputs, outputs, concurrency_limit=EVENT_LIMIT, concurrency_id=MODEL_QUEUE,
                            **QUIET)
-    wire_recorded(tab, shelf, cache, on_run, run_inputs, outputs)
+    ran_live = wire_recorded(tab, shelf, cache, on_run, run_inputs, outputs)
     rc.cancel_btn.click(on_cancel, None, rc.status, queue=False, **PRIVATE)
     if tab.wait is not None:  # the wait told before a run follows the ticks, and each run that ends
         def told(picked: list[str] | None) -> str:
             return wait_note.wait_html(controller, shelf, list(picked or []))
 
         rc.chosen.change(told, rc.chosen, tab.wait, queue=False, **QUIET)
-        ran.then(told, rc.chosen, tab.wait, queue=False, **QUIET)
+        for event in (ran, ran_live):
+            event.then(told, rc.chosen, tab.wait, queue=False, **QUIET)
 
 
 def captions_of(shelf: gallery.Gallery, shown: list[Any]) -> str:

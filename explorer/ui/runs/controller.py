@@ -451,6 +451,7 @@ class RunController:
                     trace = run_question(spec.method, question, runtime, variant=spec.variant, config=spec.config,
                                          gold=gold, listeners=[listener], cancel=cancel,
                                          journal=RunJournal(self.store))
+                    self._learn(trace)  # here, not where it is shown: a page that went away still teaches it
                     inbox.put(("done", index, trace.run_id))
 
     # -- the streaming side ---------------------------------------------------------------------------
@@ -496,7 +497,6 @@ class RunController:
                 dirty = True
             elif kind == "done":
                 finished.append(self.store.get(data))
-                self._learn(finished[-1])
                 live = None
                 urgent = True
             elif kind == "failed":
