@@ -7,6 +7,7 @@ the app's own gate.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -168,3 +169,21 @@ def test_a_fork_on_a_model_not_loaded_yet_says_that_it_is_loading(runtime, demo_
     again = list(controller.stream_fork(parent, plan, session="s"))
     assert again[-1].done and not any("Loading" in u.status for u in again)  # loaded once: no notice
     assert controller.wait_estimate(["wo"], name).measured_runs == 1  # the parent; its forks are no whole runs
+
+
+def test_a_run_call_waiting_in_line_is_told_the_same_forecast() -> None:
+    from explorer.ui.page.controls import RunSpec
+    from explorer.ui.runs.jobs import ApiJob, progress
+
+    gate = RunGate(1)
+    running = gate.enter("a", expected=12.0)
+    job = ApiJob(QUESTION, RunSpec("wo", "paper", {}), "", "", ticket=gate.enter("b", expected=3.0))
+    told = progress(job)
+    assert told["status"] == "queued" and told["queue_position"] == 1
+    assert told["estimate_seconds"] == pytest.approx(12.0, abs=0.5)
+    assert re.fullmatch(r"number 1 in line, about 1[12] s", told["message"])
+    running.expected, running.guessed = 40.0, True
+    assert re.fullmatch(r"number 1 in line, about (39|40) s by a first estimate", progress(job)["message"])
+    running.release()
+    assert progress(job)["status"] == "running"
+    job.ticket.release()
