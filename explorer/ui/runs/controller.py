@@ -157,6 +157,7 @@ class RuntimeHolder:
 class Update:
     """What one step of a streamed run shows."""
 
+    #: The view ("": unchanged since the last update).
     html: str
     status: str
     run_ids: list[str] = field(default_factory=list)
@@ -200,14 +201,15 @@ class _Loading:
     def then(self, step: str) -> _Loading:
         return _Loading(self.model, step, self.since)
 
-    def update(self, shown: _Shown, signal: str) -> Update:
-        """The parent as it is, and a line that says the model is loading, for how long so far."""
+    def update(self, shown: _Shown, signal: str, *, first: bool) -> Update:
+        """A line that says the model is loading, for how long so far; the view (the parent as it is) only in
+        the ``first`` (``html`` "" after it: the view stays as it is while the seconds count up)."""
         step = f": {hide_paths(self.step)}" if self.step else ""
         text = (f"Loading {self.model}, the model this run was made with, for the fork … "
                 f"{time.monotonic() - self.since:.0f} s{step}. The fork starts when it is loaded (later forks on it "
                 "start at once).")
-        return Update(render_runs(shown.runs, signal=signal, fork_marks=shown.marks, pending=True),
-                      status_html(text))
+        html = render_runs(shown.runs, signal=signal, fork_marks=shown.marks, pending=True) if first else ""
+        return Update(html, status_html(text))
 
 
 def status_html(text: str, *, error: bool = False) -> str:
@@ -464,6 +466,7 @@ class RunController:
         finished: list[Trace] = []
         live: _Live | None = None
         loading: _Loading | None = None
+        first = False
         error: str | None = None
         last = 0.0
         dirty = False
@@ -477,6 +480,7 @@ class RunController:
                 live, loading = _Live(specs[index]), None
                 urgent = True
             elif kind == "loading":  # the first message names the model, the loader's own follow
+                first = loading is None
                 loading = _Loading(str(data)) if loading is None else loading.then(str(data))
                 urgent = True
             elif kind == "token" and live is not None:
@@ -510,7 +514,8 @@ class RunController:
             now = time.monotonic()
             if loading is not None and (urgent or now - last >= 1.0):  # its seconds count up while it loads
                 last = now
-                yield loading.update(shown, signal)
+                yield loading.update(shown, signal, first=first)
+                first = False
             elif (urgent or dirty) and (urgent or now - last >= REFRESH):
                 last, dirty = now, False
                 yield self._live_update(question, finished, live, specs, signal, shown)
