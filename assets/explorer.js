@@ -132,7 +132,7 @@
       if (event.button !== 0 || event.ctrlKey || event.metaKey || event.shiftKey || event.altKey) return;
       var node = event.target && event.target.closest ? event.target : null;
       if (!node) return;
-      var link = node.closest("a.dre-help");
+      var link = node.closest("a.dre-help, a.dre-term-link");
       if (link && DRE.openHelp(link.getAttribute("data-help"), link)) { event.preventDefault(); return; }
       var term = node.closest("#tab-help a[href^='#help-']");
       if (term) { event.preventDefault(); reveal(term.getAttribute("href").slice(1)); return; }
@@ -188,6 +188,61 @@
     });
   }
 
+  /* ---- The page's words (assets' .dre-term, written by explorer/ui/views/terms.py) ----
+   * A word shows its plain sentence and glossary link on hover and on focus (Tab, or a tap: focus follows
+   * a tap on a focusable word). The box is placed here, fixed to the screen: below the word, or above it
+   * when there is no room below (the presenting bar), and never past either side, so it stays on a
+   * phone's screen and no panel's scrolling cuts it off. Escape, or a tap on the sentence, closes it. */
+  function placeTip(termNode) {
+    var tip = termNode.querySelector(".dre-term-tip");
+    var word = termNode.querySelector(".dre-term-word");
+    if (!tip || !word) return;
+    var margin = 8, r = word.getBoundingClientRect();
+    var width = Math.min(320, window.innerWidth - 2 * margin);
+    tip.style.width = width + "px";
+    tip.style.left = Math.max(margin, Math.min(r.left, window.innerWidth - width - margin)) + "px";
+    tip.style.top = "0px";
+    var h = tip.offsetHeight;
+    var below = r.bottom + h + margin <= window.innerHeight || r.top - h < margin;
+    var top = below ? r.bottom : r.top - h;
+    tip.style.top = Math.max(margin, Math.min(top, window.innerHeight - h - margin)) + "px";
+  }
+
+  if (!DRE.termTips) {
+    DRE.termTips = true;
+    var onTerm = function (event) {
+      var w = event.target && event.target.closest ? event.target.closest(".dre-term-word") : null;
+      var t = w ? w.closest(".dre-term") : null;
+      if (t) { t.classList.remove("dre-term-closed"); placeTip(t); }
+    };
+    document.addEventListener("mouseover", onTerm);
+    window.addEventListener("scroll", function () {  // an open sentence follows its word
+      var open = document.querySelector(".dre-term:focus-within, .dre-term:hover");
+      if (open) placeTip(open);
+    }, true);
+    document.addEventListener("focusin", onTerm);
+    document.addEventListener("click", function (event) {
+      var node = event.target && event.target.closest ? event.target : null;
+      if (!node) return;
+      var w = node.closest(".dre-term-word");
+      if (w && document.activeElement !== w) w.focus();  // a tap opens the word's sentence on every browser
+      var tip = !node.closest("a") && node.closest(".dre-term-tip");
+      if (tip) {  // a tap on the sentence closes it (on a phone it may cover the next word)
+        var t = tip.closest(".dre-term");
+        t.classList.add("dre-term-closed");
+        var word = t.querySelector(".dre-term-word");
+        if (word && document.activeElement === word) word.blur();
+      }
+    });
+    document.addEventListener("keydown", function (event) {
+      if (event.key !== "Escape") return;
+      var t = document.activeElement && document.activeElement.closest && document.activeElement.closest(".dre-term");
+      if (!t || t.classList.contains("dre-term-closed")) return;  // a second Escape is the page's (presenting)
+      t.classList.add("dre-term-closed");
+      event.stopImmediatePropagation();
+    }, true);
+  }
+
   /* ---- Presenting: large type, controls hidden, the keyboard steps from one decision to the next ----
    * Each run's "Decisions in words" list names, per decision, the element it is about; the bar at the
    * bottom shows the current decision's explanation and the element is highlighted. Right arrow, Page
@@ -235,8 +290,11 @@
     var target = null;
     try { target = run ? run.querySelector(item.getAttribute("data-target")) : null; } catch (err) { target = null; }
     var label = run ? (run.querySelector(".dre-title b") || {}).textContent : "";
-    node.querySelector("p").textContent = "Decision " + (presenting.index + 1) + " of " + items.length +
-      (label && view.querySelectorAll(".dre-run").length > 1 ? " (" + label + ")" : "") + ": " + item.textContent;
+    var line = node.querySelector("p");
+    line.textContent = "Decision " + (presenting.index + 1) + " of " + items.length +
+      (label && view.querySelectorAll(".dre-run").length > 1 ? " (" + label + ")" : "") + ": ";
+    // the decision's own markup: its words (RIND, θ, span …) explain themselves in the bar as in the list
+    Array.prototype.forEach.call(item.childNodes, function (n) { line.appendChild(n.cloneNode(true)); });
     node.setAttribute("data-index", String(presenting.index));
     if (target) {
       var details = target.closest("details");

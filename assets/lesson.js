@@ -121,6 +121,12 @@
     node.appendChild(el("div", { "class": "dre-ls-line" }));
     node.appendChild(el("div", { "class": "dre-ls-question", "aria-live": "polite" }));
     node.addEventListener("click", onPanelClick);
+    // the panel's height, for the presenting bar docked at the right to start below it (lesson.css)
+    if (window.ResizeObserver) {
+      new ResizeObserver(function () {
+        document.documentElement.style.setProperty("--dre-lesson-h", (node.hidden ? 0 : node.offsetHeight) + "px");
+      }).observe(node);
+    }
     node.addEventListener("change", function (e) {
       if (e.target && e.target.hasAttribute("data-askfirst")) {
         L.askFirst = e.target.checked;

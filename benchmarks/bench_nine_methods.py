@@ -1,11 +1,14 @@
-"""Every method ticked at once on the demo question: one after another, against all at once through the batch.
+"""Every method ticked at once on the demo question, from the page: in turn, against all at once through the batch.
 
-The page's worker runs the methods of one Run in turn. The engine's batch
-(:mod:`explorer.engine.batching`) lets concurrent runs share each forward pass, each run keeping the
-trace it would have alone. This script runs the same methods both ways in one process, alternating
-per round so that load from other work hits them alike, reports the wall and CPU seconds of the
-whole set, and checks that every method's generated tokens and answer are the same both ways.
-Target: the nine methods at most 120 s on 2 quiet cores.
+Each press goes through the page's own controller (:class:`explorer.ui.runs.controller.RunController`:
+the worker thread, the recorder's listeners, the live views a few times a second, the store), as the
+Run button does, with every control untouched. With the engine's batch on (the app's default when it
+admits more than one run at a time) the methods of one press decode together, sharing each forward
+pass, each keeping the trace it would have alone; with it off they run one after another. This
+script presses both ways in one process, alternating per round so that load from other work hits
+them alike, reports the wall and CPU seconds of the whole press, and checks that every method's
+generated tokens and answer are the same both ways. Target: the nine methods at most 120 s on 2
+quiet cores.
 
     python -m benchmarks.bench_nine_methods [--methods wo,sr,...] [--threads 2] [--rounds 1]
         [--out benchmarks/results/nine_methods.md]
@@ -17,7 +20,7 @@ import argparse
 import os
 import statistics
 import sys
-import threading
+import tempfile
 import time
 from pathlib import Path
 
@@ -49,38 +52,40 @@ def main() -> int:
     from explorer.engine.prefix_cache import PrefixCache
     from explorer.methods.base import run_question
     from explorer.runtime import open_runtime
+    from explorer.store import RunStore
+    from explorer.ui.page import controls
+    from explorer.ui.runs.controller import RunController, RuntimeHolder
 
     runtime = open_runtime("embedded", "demo")
     engine = runtime.engine
     run_question("wo", QUESTION, runtime, config={"max_length": 8})  # warm-up: first passes, spaCy, the index
 
+    store = RunStore(Path(tempfile.mkdtemp(prefix="bench-nine-")) / "runs.db")
+    controller = RunController(store, RuntimeHolder(lambda: runtime, describe="embedded"))
+    specs = controls.build_specs(methods, {}, {}, model="")  # untouched: each run applies its model's preset
+
+    def press(batched: bool) -> dict[str, object]:
+        if batched:
+            batching.enable(engine)
+        try:
+            updates = list(controller.stream(QUESTION, specs, gold=None, session="bench"))
+        finally:
+            if batched:
+                batching.disable(engine)
+        final = updates[-1]
+        if len(final.run_ids) != len(methods):
+            raise SystemExit(f"the press stored {len(final.run_ids)} of {len(methods)} runs: {final.status}")
+        traces = [store.get(run_id) for run_id in final.run_ids]
+        return {t.method: t for t in traces}
+
     def in_turn() -> dict[str, object]:
-        return {m: run_question(m, QUESTION, runtime) for m in methods}
+        return press(False)
 
     def together() -> dict[str, object]:
-        traces: dict[str, object] = {}
-        failures: list[BaseException] = []
+        return press(True)
 
-        def one(method: str) -> None:
-            try:
-                traces[method] = run_question(method, QUESTION, runtime)
-            except BaseException as exc:  # noqa: BLE001 - reported after the others finish
-                failures.append(exc)
-
-        batching.enable(engine)
-        try:
-            threads = [threading.Thread(target=one, args=(m,), name=f"bench-{m}") for m in methods]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-        finally:
-            batching.disable(engine)
-        if failures:
-            raise failures[0]
-        return traces
-
-    cases = (("one after another (the page today)", in_turn), ("all at once through the batch", together))
+    cases = (("one after another (the batch off)", in_turn),
+             ("all at once through the batch (the app's default)", together))
     load0 = os.getloadavg()[0]
     found: dict[str, list[tuple[float, float, dict[str, object]]]] = {label: [] for label, _ in cases}
     for _ in range(args.rounds):
@@ -96,7 +101,8 @@ def main() -> int:
 
     a, b = found[cases[0][0]][-1][2], found[cases[1][0]][-1][2]
     differing = [m for m in methods if tokens(a[m]) != tokens(b[m]) or a[m].answer != b[m].answer]
-    lines = ["# Every method ticked at once on the demo question: in turn and through the batch", "",
+    lines = ["# Every method ticked at once on the demo question, through the page's controller: "
+             "in turn and through the batch", "",
              f"`python -m benchmarks.bench_nine_methods --threads {args.threads} --rounds {args.rounds}` on "
              f"{cpu_name()}, {torch.get_num_threads()} torch thread(s); load average {load0:.1f} at start, "
              f"{os.getloadavg()[0]:.1f} at the end. Methods: {', '.join(methods)}. Question: {QUESTION}", "",

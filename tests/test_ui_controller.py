@@ -50,6 +50,44 @@ def test_stream_shows_tokens_live_then_stores_and_reopens_exactly(controller):
     assert first == again and first == final.html
 
 
+def test_methods_of_one_press_run_together_through_the_batch_as_they_would_in_turn(tiny_lm, demo_retriever,
+                                                                                   tmp_path):
+    """With the engine batching concurrent runs (the app's default when it admits several at once), the
+    methods of one press decode together; each trace is the one it would be alone, shown in ticked order."""
+    from explorer.engine import batching
+
+    def press(engine: Engine, db: str) -> list:
+        runtime = Runtime(engine=engine, retriever=demo_retriever, corpus={"name": "demo"})
+        controller = RunController(RunStore(tmp_path / db), RuntimeHolder(lambda: runtime, describe="tiny"))
+        specs = [_spec("flare", max_length=16, fewshot=1, answer_tokens=4, threshold=0.3),
+                 _spec("wo", max_length=12, fewshot=1, answer_tokens=2),
+                 _spec("fl", max_length=16, fewshot=1, answer_tokens=2),
+                 _spec("sr", max_length=8, fewshot=1, answer_tokens=2),
+                 _spec("probing_rag", max_length=8, fewshot=1, answer_tokens=2)]  # its own pass beside the batch
+        updates = list(controller.stream("Where did the Lewiston Maineiacs play?", specs, gold=None, session="s"))
+        return updates, [controller.store.get(i) for i in updates[-1].run_ids]
+
+    _, alone = press(Engine(tiny_lm), "alone.db")
+    engine = Engine(tiny_lm)
+    batching.enable(engine)
+    try:
+        updates, together = press(engine, "together.db")
+    finally:
+        batching.disable(engine)
+    assert any("at once" in u.status for u in updates if not u.done), "the methods did not run together"
+    assert [t.method for t in together] == ["flare", "wo", "fl", "sr", "probing_rag"] == [t.method for t in alone]
+
+    def tokens(trace) -> list[list[int]]:
+        return [[tok["id"] for tok in e.payload["tokens"]] for e in trace.of_kind("generation")]
+
+    def checks(trace) -> list[list[float]]:
+        return [[round(u["value"], 4) for u in e.payload.get("units", [])] for e in trace.of_kind("check")]
+
+    for a, b in zip(alone, together, strict=True):
+        assert b.status == "complete" and tokens(a) == tokens(b) and a.answer == b.answer, a.method
+        assert checks(a) == checks(b), a.method  # signals read beside the batch (the prober's pass) alike
+
+
 def test_cancel_stops_within_tokens_and_stores_the_partial_run(controller):
     spec = _spec("wo", max_length=400, fewshot=0, answer_tokens=2)
     stream = controller.stream("Tell me everything about Maine.", [spec, _spec("sr", max_length=8)], gold=None,

@@ -73,6 +73,8 @@ def test_the_stored_runs_teach_only_complete_whole_runs(stored, runtime) -> None
     both = rates.estimate_all(["wo", "sr"], model)
     assert both.seconds == pytest.approx(wo.seconds + FIRST_GUESS_SECONDS["sr"]) and both.guessed == ("sr",)
     assert "a first estimate: sr has not run" in both.describe()
+    at_once = rates.estimate_all(["wo", "sr"], model, together=True)  # one press through the batch
+    assert at_once.seconds == pytest.approx(max(wo.seconds, FIRST_GUESS_SECONDS["sr"])) and not at_once.measured
 
 
 def test_recent_runs_outweigh_old_ones() -> None:

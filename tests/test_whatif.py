@@ -100,6 +100,8 @@ def _replay_reproduces(trace, threshold):
     ("flare", "reference", {"threshold": 0.5}),
     ("etc", "paper", {"threshold": 0.0}),
     ("targ", "paper", {"threshold": 0.5}),
+    # 0.0 fires on every answer until the cap: the capped last check must replay as capped too
+    ("probing_rag", "paper", {"threshold": 0.0, "max_retrievals": 2}),
 ])
 def test_replay_at_the_recorded_threshold_reproduces_every_recorded_decision(tiny_lm, demo_retriever, method, variant,
                                                                            settings):

@@ -53,14 +53,20 @@ class ProbingRAG(Method, name="probing_rag", title="Probing-RAG (hidden-state pr
             gen = common.generate(self.engine, rec, segments, max_new_tokens=cfg.max_length, purpose="answer")
             if retrieval is not None:
                 common.continuation(rec, gen, retrieval)
-            state = answer_state(self.engine.model, gen.prompt_ids, gen.ids, prober.layer)
+            # Under the engine's lock, as its own passes: when concurrent runs share the batch, its hidden-state
+            # and attention hooks sit on this model and are live only while the batch steps under that lock.
+            with self.engine.lock:
+                state = answer_state(self.engine.model, gen.prompt_ids, gen.ids, prober.layer)
             p = prober.probability(state)
             can_search = searches < cfg.max_retrievals
             fires = p > cfg.threshold
+            # Once the searches are spent the answer cannot fire whatever p is: not eligible, so a what-if
+            # replay of this check at another threshold keeps it unfired as the run did.
             fired = common.check(rec, span=gen.event_id, signal="prober_p", threshold=cfg.threshold, compare=">",
-                                 units=[{"text": gen.text, "value": round(p, 6)}],
+                                 units=[{"text": gen.text, "value": round(p, 6), "eligible": can_search}],
                                  fired=0 if fires and can_search else None,
                                  rule="P(needs retrieval) from the prober on the answer's hidden states",
+                                 unit="answer",
                                  layer=prober.layer, prober=prober.key, round=searches)
             if fired is None:
                 break

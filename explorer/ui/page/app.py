@@ -33,6 +33,7 @@ from explorer.ui.runs.controller import RunController, RuntimeHolder, given_name
 from explorer.ui.runs.history import Exports, TraceCache  # noqa: E402
 from explorer.ui.serving.admission import EVENT_LIMIT, RunGate  # noqa: E402
 from explorer.ui.serving.lesson import Lessons  # noqa: E402
+from explorer.ui.views import terms  # noqa: E402
 from explorer.ui.views.report import EXPLORER_JS, PLOTLY_JS  # noqa: E402
 
 log = logging.getLogger("explorer.ui")
@@ -249,7 +250,7 @@ def build_app(settings: AppSettings) -> gr.Blocks:
             _evaluations_tab(store, cache, head)
             with gr.Tab("How to read", id="help", elem_id="tab-help"):
                 back = gr.Button("← Back to the run", size="sm", elem_id="help-back")
-                gr.Markdown(HELP.read_text(encoding="utf-8"), elem_id="help-text")
+                gr.Markdown(terms.help_markdown(HELP.read_text(encoding="utf-8")), elem_id="help-text")
             back.click(None, None, None, js="() => { window.DRE && window.DRE.backFromHelp(); }",
                        api_visibility="private")
         api.register(controller, store, model_name, cache=cache)

@@ -20,6 +20,7 @@ from typing import Any
 from explorer.errors import ConfigError, ExplorerError, public_message
 from explorer.methods.base import get_method
 from explorer.methods.resolve import resolve_config
+from explorer.ui.views import terms
 
 #: Control kinds: a checkbox, a dropdown of the declared choices, a number box, a text box, a list as text,
 #: and an optional number as text (a browser's number box shows 0 where the value is None).
@@ -81,23 +82,15 @@ class Param:
         return " · ".join(bits)
 
 
-#: What each method does, in one line of plain words (the methods' checkboxes show it on hover and focus).
-METHOD_WORDS = {
-    "wo": "answers from what the model knows, never searches",
-    "sr": "searches once with the question, then writes the answer",
-    "fl": "searches again every few tokens, whatever the model writes",
-    "fs": "searches again before every sentence",
-    "flare": "searches when a word of the next sentence is improbable, with that sentence minus those words",
-    "dragin": "searches when an unsure token matters to what follows (RIND), with the words it attends to (QFS)",
-    "seakr": "searches when sampled continuations disagree (U over δ), keeps the passage that lowers U most",
-    "blendfilter": "searches with three blended queries and lets the model drop the passages that do not help",
-    "drrag": "searches with the question, then with the question joined to each passage; a classifier picks pairs",
-}
-
-
 def method_words(name: str) -> str:
-    """One line saying what a method does (its title when it has no such line: a method added later)."""
-    return METHOD_WORDS.get(name) or get_method(name).title
+    """One line saying what a method does (its title when it has no such line: a method added later).
+
+    The line is the method's entry in the page's words (:mod:`explorer.ui.views.terms`), so its checkbox,
+    its name in a caption and the glossary say the same."""
+    sentence = terms.method_sentence(name)
+    if not sentence:
+        return get_method(name).title
+    return sentence[0].lower() + sentence[1:].rstrip(".")  # after the method's name: "DRAGIN: searches when …"
 
 
 def method_label(name: str) -> str:

@@ -25,6 +25,7 @@ from explorer.ui.runs import gallery
 from explorer.ui.runs.history import TraceCache
 from explorer.ui.views import case_stories
 from explorer.ui.views.html import esc
+from explorer.ui.views.terms import mark_terms
 
 
 @dataclass
@@ -54,7 +55,7 @@ def recorded_note(item: gallery.Item, shelf: gallery.Gallery) -> str:
     also = (f", beside the {links.method_title(beside.method)} run it is contrasted with" if beside is not None
             else "")
     return (f'<div class="dre-root dre-recorded" data-recorded="{esc(item.key)}"><b>Recorded run</b> · '
-            f"{esc(item.label)}{esc(also)} · recorded with {esc(model or 'the embedded model')} on {esc(when)}, "
+            f"{mark_terms(item.label + also)} · recorded with {esc(model or 'the embedded model')} on {esc(when)}, "
             "shown from its trace (no model call now).</div>" + case_story_html(item, shelf))
 
 

@@ -14,6 +14,7 @@ import json
 
 from explorer.ui.views.case_stories import Caption
 from explorer.ui.views.html import esc, help_link
+from explorer.ui.views.terms import mark_terms
 
 #: The caption's first line: whether the run reproduces the paper, by how many of its steps hold.
 REPRODUCES = {"all": "yes", "some": "partly", "no": "no", "none": "a baseline, nothing to reproduce"}
@@ -43,15 +44,20 @@ def render(caption: Caption | None) -> str:
         return ""
     did = " ".join([*caption.facts, *(c.text for c in caption.claims if c.holds)])
     shown = reproduced(caption)
+    seen: set[str] = set()  # each of the page's words is explained once, where it first appears
+    title = mark_terms(caption.title, seen)
+    paper = mark_terms(caption.story, seen)
+    model = mark_terms(did, seen)
+    verdict = mark_terms(caption.verdict, seen)
     return (f'<section class="dre-root dre-story" data-story="{esc(caption.key)}" data-reproduces="{shown}" '
             f'aria-label="Caption: {esc(caption.title)}">'
             f'<p class="dre-story-line"><b>Does it reproduce the paper?</b> '
             f'<span class="dre-story-short">{esc(REPRODUCES[shown])}</span>{look_link(caption)}'
             f'{help_link("story", "case study captions")}</p>'
             '<details class="dre-story-more"><summary>more: the paper\'s figure, what this model did</summary>'
-            f'<p class="dre-story-title"><b>{esc(caption.title)}</b></p>'
+            f'<p class="dre-story-title"><b>{title}</b></p>'
             f'<p class="dre-story-paper"><b>In the paper</b> ({esc(caption.paper)}, {esc(caption.figure)}): '
-            f"{esc(caption.story)}</p>"
-            f'<p class="dre-story-model"><b>On {esc(caption.model)}</b>: {esc(did)}</p>'
-            f'<p class="dre-story-verdict"><b>Does it reproduce the paper?</b> {esc(caption.verdict)}</p>'
+            f"{paper}</p>"
+            f'<p class="dre-story-model"><b>On {esc(caption.model)}</b>: {model}</p>'
+            f'<p class="dre-story-verdict"><b>Does it reproduce the paper?</b> {verdict}</p>'
             "</details></section>")

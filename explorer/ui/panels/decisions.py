@@ -1,8 +1,8 @@
 """The run's decisions in words, in the order they were made: each retrieval check (fired, kept, forced
 or suppressed by a fork) and the chart bar behind it, how each query was formed (DRAGIN's QFS words,
 FLARE's masked sentence), each retrieval (with BlendFilter's query set or DR-RAG's stage), SEAKR's
-re-ranking by U, each BlendFilter filter verdict and DR-RAG classifier call, the passages chosen,
-and the answer.
+re-ranking by U, each BlendFilter filter verdict and DR-RAG classifier call, Probing-RAG's prober
+reading (its probability against θ and the layer it reads), the passages chosen, and the answer.
 
 It is the text alternative of the strip's marks (⚑ fired, ✂ cut) and of the decision chart, and
 what presenting mode steps through: each item names the element of the view it is about
@@ -21,6 +21,7 @@ from explorer.eval.metrics import exact_match
 from explorer.trace import Event
 from explorer.ui.panels.predict import Question, check_question, retrieval_question
 from explorer.ui.views.html import esc, fmt, section, short
+from explorer.ui.views.terms import mark_terms
 from explorer.ui.views.view import TraceView, ViewOptions
 
 
@@ -107,6 +108,13 @@ def _check(view: TraceView, e: Event, cuts: dict[int, Event]) -> Decision:
     if values:
         best = max(values, key=lambda pair: pair[0]) if compare == ">" else min(values, key=lambda pair: pair[0])
         closest = f"the {'highest' if compare == '>' else 'lowest'} was {fmt(best[0])} at {_unit_text(best[1])}"
+    elif units:
+        # Every unit was recorded not eligible (Probing-RAG once its searches are spent): none could fire,
+        # whatever its value, so "no unit was over θ" would not be true.
+        return Decision(f"No retrieval ({where})",
+                        f"No {unit_name} of this check could fire (the method allowed no retrieval here), so the "
+                        f"text was kept. {words[:1].upper()}{words[1:]}.", _token_target(p, None), kind,
+                        check_question(p))
     else:
         closest = f"no {unit_name} could fire"
     return Decision(f"No retrieval ({where})",
@@ -185,6 +193,42 @@ def _bar(view: TraceView, e: Event, bars: dict[tuple[int, int], int]) -> Decisio
                     f"{naming.symbol(p.get('signal'))} = {fmt(theta)}"
                     f"{also}. {naming.plain(p.get('signal'))[:1].upper()}{naming.plain(p.get('signal'))[1:]}.",
                     '[data-panel="signal"] .dre-plot[data-name="signal"]', "bar", bar=point)
+
+
+def _prober(view: TraceView, e: Event, bars: dict[tuple[int, int], int]) -> Decision | None:
+    """Probing-RAG's mechanism: the prober's P(needs retrieval), read from one layer of the answer's hidden
+    states, against its threshold, and the decision it made (searched, kept, or kept because the searches
+    were spent). Its target is the answer's bar in the decision chart."""
+    p = e.payload
+    units = p.get("units") or []
+    if not units:
+        return None
+    unit = units[0]
+    value, theta = _value(unit), p.get("threshold")
+    layer = p.get("layer")
+    span = p.get("span")
+    tokens = len(view.trace.event(span).payload.get("tokens") or []) if isinstance(span, int) and \
+        0 <= span < len(view.trace.events) else 0
+    over = isinstance(theta, (int, float)) and value is not None and value > theta
+    kind = naming.decision_kind(p)
+    if kind == "forced":
+        outcome = "a fork made it search here"
+    elif kind == "suppressed":
+        outcome = "a fork kept the answer instead of searching"
+    elif kind == "fired":
+        outcome = "so it searched and wrote the answer again"
+    elif over and not unit.get("eligible", True):
+        outcome = "but its searches were spent, so this answer was kept"
+    else:
+        outcome = "so the answer was kept"
+    where = f"{naming.step(e.step)}, {naming.span(span)}" if span is not None else naming.step(e.step)
+    pooled = f"its {tokens} token(s)" if tokens else "its tokens"
+    return Decision(f"The prober reads layer {layer} of the answer ({where})",
+                    f"Probing-RAG took the model's hidden states after layer {layer} while it wrote "
+                    f"{_unit_text(unit)}, averaged them over {pooled} and gave them to its prober "
+                    f"({p.get('prober', 'trained for this model')}): P(needs retrieval) = {fmt(value)}, "
+                    f"{'over' if over else 'not over'} the line θ = {fmt(theta)}, {outcome}.",
+                    '[data-panel="signal"] .dre-plot[data-name="signal"]', "prober", bar=bars.get((e.id, 0)))
 
 
 def _query(view: TraceView, e: Event) -> Decision | None:
@@ -276,7 +320,9 @@ def decisions(view: TraceView) -> list[Decision]:
         found: Decision | None = None
         if e.kind == "check":
             out.append(_check(view, e, cuts))
-            if naming.decision_kind(e.payload) in ("fired", "forced"):
+            if "prober" in e.payload:  # Probing-RAG: the prober's reading is the step, fired or not
+                found = _prober(view, e, bars)
+            elif naming.decision_kind(e.payload) in ("fired", "forced"):
                 found = _bar(view, e, bars)
         elif e.kind == "retrieval":
             found = _retrieval(view, e)
@@ -307,13 +353,21 @@ def _asked(d: Decision) -> str:
             f' data-answer="{esc(q.answer)}"')
 
 
+def _words(d: Decision) -> str:
+    """A decision's title and why, escaped, each of the page's words explained where it first appears in
+    them (presenting mode's bar shows the same markup, so the words explain themselves there too)."""
+    seen: set[str] = set()
+    return (f"<b>{mark_terms(d.title, seen)}</b>. "
+            f'<span class="dre-why-text">{mark_terms(d.why, seen)}</span>')
+
+
 def render(view: TraceView, opts: ViewOptions) -> str:
     found = decisions(view)
     if not found or opts.live:
         return ""
     items = "".join(f'<li class="dre-decision" data-kind="{esc(d.kind)}" data-target="{esc(d.target)}"'
                     + (f' data-bar="{d.bar}"' if d.bar is not None else "") + _asked(d)
-                    + f'><b>{esc(d.title)}</b>. <span class="dre-why-text">{esc(d.why)}</span></li>' for d in found)
+                    + f">{_words(d)}</li>" for d in found)
     body = (f'<details class="dre-decisions-box"><summary>'
             f"{len(found)} decision(s), in the order they were made</summary>"
             f'<ol class="dre-decisions">{items}</ol></details>')

@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 
 from explorer import naming, whatif
 from explorer.ui.views.html import esc, figure, fmt, plot, plot_text, section
+from explorer.ui.views.terms import mark_terms
 from explorer.ui.views.view import TraceView, ViewOptions, strip_signals
 
 FIRED, WHATIF, ELIGIBLE, OTHER = "#dc2626", "#f59e0b", "#2563eb", "#cbd5e1"
@@ -185,8 +186,8 @@ def render(view: TraceView, opts: ViewOptions, decisions: list[whatif.Decision],
                        note="This method records no threshold decision; the chart shows the strip's signal.")
     checks = _checks(view, signal)
     first = checks[0].payload
-    note = (f"Decision: {esc(first.get('rule', ''))}. Bars: {esc(first.get('unit', 'unit'))}s in the order checked; "
-            f"red = fired, grey = not eligible.")
+    note = (f"Decision: {mark_terms(str(first.get('rule', '')))}. "
+            f"Bars: {esc(first.get('unit', 'unit'))}s in the order checked; red = fired, grey = not eligible.")
     body = _chart(view, signal, decisions, opts.whatif)
     if whatif_range is not None:
         body = whatif_control(view, opts, signal, whatif_range) + body

@@ -13,6 +13,7 @@ from typing import Any
 from explorer import naming, whatif
 from explorer.engine.token_signals import registry
 from explorer.ui.views.html import esc, fmt, heat, section
+from explorer.ui.views.terms import mark_terms, term
 from explorer.ui.views.view import Span, TraceView, ViewOptions, strip_signals
 
 
@@ -216,14 +217,14 @@ def render(view: TraceView, opts: ViewOptions, decisions: list[whatif.Decision] 
                           f"{esc(strip_signals()[sid][0])}</option>" for sid in view.available_signals())
         coloured = (f'<label class="dre-viewctl" for="dre-signal-{view.key}">colour tokens by</label> '
                     f'<select class="dre-viewctl dre-signal-pick" id="dre-signal-{view.key}">{options}</select>')
-    legend = (f'<div class="dre-legend"><span>{coloured}: {esc(how)}</span>'
+    legend = (f'<div class="dre-legend"><span>{coloured}: {mark_terms(how)}</span>'
               '<span class="dre-key">'
               + ('<span class="dre-k fired">⚑ retrieval fired</span>' if any(
                   s.triggers and view.decision(s.event_id) != "forced" for s in spans) else "")
               + ('<span class="dre-k forced">⚑ retrieval forced by a fork</span>' if any(
                   s.triggers and view.decision(s.event_id) == "forced" for s in spans) else "")
               + ('<span class="dre-k cut">cut away</span>' if any(s.cut_at is not None for s in spans) else "")
-              + ('<span class="dre-k whatif">would fire at θ\'</span>' if marks else "")
+              + (f'<span class="dre-k whatif">would fire at {term("theta", "θ′")}</span>' if marks else "")
               + ('<span class="dre-k forkpoint">⋔ fork point</span>' if fork_span is not None else "")
               + "</span></div>")
     return section("Output, token by token", legend + f'<div class="dre-strip">{body}</div>', panel="strip")

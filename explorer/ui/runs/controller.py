@@ -2,8 +2,10 @@
 
 The methods run in a worker thread with TraceRecorder listeners that put every token and event
 on a queue; the Gradio handler is a generator that drains the queue and yields a fresh view a
-few times a second, so tokens and retrievals appear while the model works. Several methods run
-one after another. Cancel sets the threading.Event the engine checks between tokens, so a run
+few times a second, so tokens and retrievals appear while the model works. Several methods of
+one press run at once when the engine batches concurrent runs (the app turns that on when it
+admits more than one run at a time), sharing each forward pass, and one after another otherwise.
+Cancel sets the threading.Event the engine checks between tokens, so a run
 stops within a token and its partial trace is stored with status ``cancelled``.
 
 Each run is written to the store when it starts, checkpointed while it runs (so a killed server
@@ -256,7 +258,9 @@ class RunController:
         if not self._rates_loaded:
             self._rates_loaded = True
             self.rates.load_store(self.store)
-        return self.rates.estimate_all(methods, model or self.model_name())
+        # the methods of one press run at once when the loaded engine batches concurrent runs (see _work)
+        together = self.runtime.ready and getattr(self.runtime.get().engine, "batcher", None) is not None
+        return self.rates.estimate_all(methods, model or self.model_name(), together=together)
 
     def admit(self, client: str, methods: list[str], model: str | None = None) -> Ticket:
         """A place in line for ``client``'s run of ``methods``, carrying how long it will likely hold the model."""
@@ -301,7 +305,7 @@ class RunController:
     def stream(self, question: str, specs: list[RunSpec], *, gold: dict[str, Any] | None, session: str,
                signal: str = "prob", retriever: str | None = None, embedder: str | None = None,
                refused: list[Refusal] | None = None) -> Iterator[Update]:
-        """Run ``specs`` on ``question`` one after another, yielding views as they progress.
+        """Run ``specs`` on ``question`` (together through the batch, or in turn), yielding views as they progress.
 
         ``refused``: ticked methods whose settings were refused before the run; each is shown as a
         card with its message beside the runs, which go ahead. A method that fails while running
@@ -440,21 +444,39 @@ class RunController:
             kind, embedder = choice
             if kind and self.retarget is not None:
                 runtime = self.retarget(runtime, kind, embedder or None)
+            # Runs of one press share the model's decode steps when the engine batches concurrent
+            # runs (each keeps the trace it would have alone); otherwise they go one after another.
+            if len(specs) > 1 and getattr(runtime.engine, "batcher", None) is not None:
+                workers = [threading.Thread(target=self._work_one,
+                                            args=(question, index, spec, runtime, gold, cancel, inbox),
+                                            name=f"run-{spec.method}", daemon=True)
+                           for index, spec in enumerate(specs)]
+                for worker in workers:
+                    worker.start()
+                for worker in workers:
+                    worker.join()
+                return
             for index, spec in enumerate(specs):
                 if cancel.is_set():
                     break
-                inbox.put(("start", index, None))
+                self._work_one(question, index, spec, runtime, gold, cancel, inbox)
 
-                def listener(kind: str, data: dict[str, Any], index: int = index) -> None:
-                    inbox.put((kind, index, data))
+    def _work_one(self, question: str, index: int, spec: RunSpec, runtime: Runtime, gold: dict[str, Any],
+                  cancel: threading.Event, inbox: queue.Queue) -> None:
+        """Run and store one ticked method, its events tagged with its place in the press."""
+        if cancel.is_set():
+            return
+        inbox.put(("start", index, None))
 
-                # One method's failure is its own card; the methods after it still run.
-                with _reported(inbox, f"{spec.method}/{spec.variant}", kind="failed", index=index, end=False):
-                    trace = run_question(spec.method, question, runtime, variant=spec.variant, config=spec.config,
-                                         gold=gold, listeners=[listener], cancel=cancel,
-                                         journal=RunJournal(self.store))
-                    self._learn(trace)  # here, not where it is shown: a page that went away still teaches it
-                    inbox.put(("done", index, trace.run_id))
+        def listener(kind: str, data: dict[str, Any]) -> None:
+            inbox.put((kind, index, data))
+
+        # One method's failure is its own card; the other methods still run.
+        with _reported(inbox, f"{spec.method}/{spec.variant}", kind="failed", index=index, end=False):
+            trace = run_question(spec.method, question, runtime, variant=spec.variant, config=spec.config,
+                                 gold=gold, listeners=[listener], cancel=cancel, journal=RunJournal(self.store))
+            self._learn(trace)  # here, not where it is shown: a page that went away still teaches it
+            inbox.put(("done", index, trace.run_id))
 
     # -- the streaming side ---------------------------------------------------------------------------
     def _drain(self, question: str, specs: list[RunSpec], inbox: queue.Queue, cancel: threading.Event,
@@ -463,8 +485,8 @@ class RunController:
                refused: list[Refusal] | None = None) -> Iterator[Update]:
         """Views of the runs as they progress; ``beside``: stored runs shown before them (a fork's parent)."""
         shown = _Shown(list(beside or []), dict(marks or {}), [(r.method, r.message) for r in refused or []])
-        finished: list[Trace] = []
-        live: _Live | None = None
+        done: dict[int, Trace] = {}
+        lives: dict[int, _Live] = {}
         loading: _Loading | None = None
         first = False
         error: str | None = None
@@ -476,8 +498,9 @@ class RunController:
             except queue.Empty:
                 kind, index, data = "tick", -1, None
             urgent = False
+            live = lives.get(index)
             if kind == "start":
-                live, loading = _Live(specs[index]), None
+                lives[index], loading = _Live(specs[index]), None
                 urgent = True
             elif kind == "loading":  # the first message names the model, the loader's own follow
                 first = loading is None
@@ -500,12 +523,12 @@ class RunController:
                 live.amend(data["id"], data["fields"])
                 dirty = True
             elif kind == "done":
-                finished.append(self.store.get(data))
-                live = None
+                done[index] = self.store.get(data)
+                lives.pop(index, None)
                 urgent = True
             elif kind == "failed":
                 shown.failed.append((specs[index].method, str(data)))
-                live = None
+                lives.pop(index, None)
                 urgent = True
             elif kind == "error":
                 error = data
@@ -518,18 +541,25 @@ class RunController:
                 first = False
             elif (urgent or dirty) and (urgent or now - last >= REFRESH):
                 last, dirty = now, False
-                yield self._live_update(question, finished, live, specs, signal, shown)
-        yield self._final_update(finished, specs, cancel, error, signal, shown)
+                yield self._live_update(question, _in_order(done), lives, specs, signal, shown)
+        yield self._final_update(_in_order(done), specs, cancel, error, signal, shown)
 
-    def _live_update(self, question: str, finished: list[Trace], live: _Live | None, specs: list[RunSpec],
+    def _live_update(self, question: str, finished: list[Trace], lives: dict[int, _Live], specs: list[RunSpec],
                      signal: str, shown: _Shown | None = None) -> Update:
+        """The finished runs in the order they were ticked, and the first running one streaming below them."""
+        live = lives[min(lives)] if lives else None
         trace = None
         if live is not None:
             trace = Trace(question=question, method=live.spec.method, variant=live.spec.variant,
                           config=live.spec.config, model={}, events=list(live.events), run_id="live",
                           status="running")
-        n = len(finished) + (1 if live is not None else 0)
-        status = f"Running {n} of {len(specs)}: {live.spec.method}/{live.spec.variant} …" if live else "Running …"
+        if len(lives) > 1:
+            names = ", ".join(f"{lv.spec.method}/{lv.spec.variant}" for _, lv in sorted(lives.items()))
+            status = f"Running {len(lives)} of {len(specs)} at once, sharing the model's steps: {names} …"
+        elif live is not None:
+            status = f"Running {len(finished) + 1} of {len(specs)}: {live.spec.method}/{live.spec.variant} …"
+        else:
+            status = "Running …"
         shown = shown or _Shown([], {})
         html = render_runs([*shown.runs, *finished], signal=signal, live=trace,
                            live_tokens=list(live.tokens) if live else None, live_purpose=live.purpose if live else "",
@@ -558,6 +588,11 @@ class RunController:
         html = render_runs(finished, signal=signal, refused=not_run, interactive=True,
                            message="" if finished or not_run else esc(error or "Nothing ran."))
         return Update(html, status, ids, done=True)
+
+
+def _in_order(done: dict[int, Trace]) -> list[Trace]:
+    """Finished runs in the order their methods were ticked, whichever finished first."""
+    return [done[index] for index in sorted(done)]
 
 
 @contextmanager

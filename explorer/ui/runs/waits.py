@@ -122,11 +122,13 @@ class RunRates:
             return WaitEstimate(sum(lengths) / len(lengths), len(lengths))
         return WaitEstimate(FIRST_GUESS_SECONDS.get(key, DEFAULT_FIRST_GUESS), 0, (key,))
 
-    def estimate_all(self, methods: Iterable[str], model: str) -> WaitEstimate:
-        """Several methods run one after another: their lengths add; measured only if every one was."""
+    def estimate_all(self, methods: Iterable[str], model: str, *, together: bool = False) -> WaitEstimate:
+        """Several methods of one press: one after another their lengths add; ``together`` (the engine batches
+        them, sharing each forward pass) the longest stands for all. Measured only if every one was."""
         parts = [(m, self.estimate(m, model)) for m in dict.fromkeys(methods)]
         if not parts:
             return WaitEstimate(0.0, 0)
         measured = [p.measured_runs for _, p in parts if p.measured]
         guessed = tuple(m for m, p in parts if not p.measured)
-        return WaitEstimate(sum(p.seconds for _, p in parts), min(measured) if measured else 0, guessed)
+        lengths = [p.seconds for _, p in parts]
+        return WaitEstimate(max(lengths) if together else sum(lengths), min(measured) if measured else 0, guessed)

@@ -70,8 +70,8 @@ def report_html(traces: list[Trace], *, signal: str = "prob", title: str | None 
     csp = (f"default-src 'none'; script-src {' '.join(hashes)} 'unsafe-eval'; style-src 'unsafe-inline'; "
            "img-src data: blob:; font-src data:")
     generated = datetime.now(UTC).isoformat(timespec="seconds")
-    # A panel title's "?" opens the app's help tab; a report has none.
-    style = _asset(EXPLORER_CSS) + ".dre-help{display:none}" + (SLIDES_CSS if slides else "")
+    # A panel title's "?" and a word's glossary link open the app's help tab; a report has none.
+    style = _asset(EXPLORER_CSS) + ".dre-help,.dre-term-link{display:none}" + (SLIDES_CSS if slides else "")
     head = (f'<div class="dre-root dre-report-head"><b>Dynamic RAG Explorer</b> · report generated {esc(generated)} · '
             f"{len(traces)} run(s) · opens offline; hover a token or a bar for its values"
             + (" · → and ← step through the decisions, Esc stops presenting" if slides else "") + "</div>")
