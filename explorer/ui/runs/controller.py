@@ -487,6 +487,7 @@ class RunController:
         shown = _Shown(list(beside or []), dict(marks or {}), [(r.method, r.message) for r in refused or []])
         done: dict[int, Trace] = {}
         lives: dict[int, _Live] = {}
+        rendered: dict[str, str] = {}  # the stored runs' columns, drawn once for this stream
         loading: _Loading | None = None
         first = False
         error: str | None = None
@@ -541,11 +542,11 @@ class RunController:
                 first = False
             elif (urgent or dirty) and (urgent or now - last >= REFRESH):
                 last, dirty = now, False
-                yield self._live_update(question, _in_order(done), lives, specs, signal, shown)
+                yield self._live_update(question, _in_order(done), lives, specs, signal, shown, rendered)
         yield self._final_update(_in_order(done), specs, cancel, error, signal, shown)
 
     def _live_update(self, question: str, finished: list[Trace], lives: dict[int, _Live], specs: list[RunSpec],
-                     signal: str, shown: _Shown | None = None) -> Update:
+                     signal: str, shown: _Shown | None = None, rendered: dict[str, str] | None = None) -> Update:
         """The finished runs in the order they were ticked, and the first running one streaming below them."""
         live = lives[min(lives)] if lives else None
         trace = None
@@ -564,7 +565,7 @@ class RunController:
         html = render_runs([*shown.runs, *finished], signal=signal, live=trace,
                            live_tokens=list(live.tokens) if live else None, live_purpose=live.purpose if live else "",
                            fork_marks=shown.marks, refused=shown.refused + shown.failed,
-                           pending=len(finished) + len(shown.failed) < len(specs))
+                           pending=len(finished) + len(shown.failed) < len(specs), rendered=rendered)
         return Update(html, status_html(status), [t.run_id for t in finished])
 
     def _final_update(self, finished: list[Trace], specs: list[RunSpec], cancel: threading.Event, error: str | None,
