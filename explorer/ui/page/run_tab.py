@@ -87,7 +87,7 @@ def build_band(opening: questions.Question | None, methods: list[str]) -> tuple[
                               max_lines=4, elem_id="question", scale=5, min_width=280,
                               placeholder="Type a question, or open Settings to pick one (you can edit it)")
         chosen = gr.CheckboxGroup([method_choice(m) for m in methods], value=["dragin"],
-                                  label="Methods (several run one after another, side by side)", elem_id="methods",
+                                  label="Methods (tick several to compare them side by side)", elem_id="methods",
                                   scale=6, min_width=300)
         words = json.dumps({m: f"{method_choice(m)[0]}: {controls.method_words(m)}" for m in methods})
         # what each method does, for the page script to put on its checkbox (hover, focus, screen readers)
