@@ -12,9 +12,10 @@ EDITABLE := $(VENV)/.editable
 # The test suite keeps its caches (converted model, indexes) inside the checkout.
 TEST_ENV := EXPLORER_CACHE=$(CURDIR)/.cache HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 # Two pytest workers, one torch thread each, a test file per worker at a time (files share their
-# fixtures: one app, one browser). TEST_WORKERS=0 runs the suite in one process.
+# fixtures: one app, one browser), the files with the most slow tests first (tests/conftest.py orders
+# them; xdist keeps that order), so no long file starts last. TEST_WORKERS=0 runs the suite in one process.
 TEST_WORKERS ?= 2
-TEST_PARALLEL := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+TEST_PARALLEL := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 .PHONY: install run test test-fast lint bench model test-model browser axe gallery phoenix clean
 

@@ -11,28 +11,17 @@ It prints their quartiles and the share of questions each threshold would retrie
 
 from __future__ import annotations
 
-import argparse
-import statistics
-
-from explorer.eval.datasets import load_dataset
+from benchmarks.common import calibration_parser, open_calibration, quartiles
 from explorer.methods.base import run_question
 from explorer.runtime import open_runtime
 
 
-def _quantiles(values: list[float]) -> str:
-    qs = statistics.quantiles(values, n=4) if len(values) > 1 else values * 3
-    return f"min {min(values):.3f} · q1 {qs[0]:.3f} · median {qs[1]:.3f} · q3 {qs[2]:.3f} · max {max(values):.3f}"
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="embedded", help="model spec (embedded, gemma3-270m, a folder...)")
-    parser.add_argument("--limit", type=int, default=10)
-    parser.add_argument("--max-length", type=int, default=40)
+    parser = calibration_parser(__doc__, limit=10, max_length=40)
     args = parser.parse_args()
-    runtime = open_runtime(args.model)
+    runtime, questions = open_calibration(args, open_runtime)
     etc_max, margin, entropy = [], [], []
-    for q in load_dataset("demo", limit=args.limit):
+    for q in questions:
         trace = run_question("etc", q.question, runtime,
                              config={"threshold": 100.0, "max_rounds": 1, "max_length": args.max_length})
         values = [u["value"] for c in trace.of_kind("check") for u in c.payload["units"] if u["eligible"]]
@@ -48,9 +37,9 @@ def main() -> None:
     print(f"model: {runtime.engine.lm.name} · {len(etc_max)} demo questions drafted without retrieval\n")
     print("| signal | per question | distribution |")
     print("|---|---|---|")
-    print(f"| ETC attention x smoothed Δ²H (eligible words) | max | {_quantiles(etc_max)} |")
-    print(f"| TARG mean margin p2/p1 over the draft | mean | {_quantiles(margin)} |")
-    print(f"| TARG mean entropy over the draft | mean | {_quantiles(entropy)} |")
+    print(f"| ETC attention x smoothed Δ²H (eligible words) | max | {quartiles(etc_max)} |")
+    print(f"| TARG mean margin p2/p1 over the draft | mean | {quartiles(margin)} |")
+    print(f"| TARG mean entropy over the draft | mean | {quartiles(entropy)} |")
     print("\nshare of questions that would retrieve:")
     for theta in (0.3, 0.5, 0.8, 1.0, 1.3, 1.6, 2.0, 3.0):
         print(f"  ETC  θ = {theta:<4}: {sum(v > theta for v in etc_max) / len(etc_max):.0%}")

@@ -12,30 +12,22 @@ score; FLARE's minimum token probability), and the fraction of questions a thres
 
 from __future__ import annotations
 
-import argparse
 import statistics
 
+from benchmarks.common import calibration_parser, open_calibration, quartiles
 from explorer.eval.datasets import load_dataset
 from explorer.methods import prompts
 from explorer.runtime import open_engine
 
 
-def _quantiles(values: list[float]) -> str:
-    qs = statistics.quantiles(values, n=4) if len(values) > 1 else values * 3
-    return f"min {min(values):.3f} · q1 {qs[0]:.3f} · median {qs[1]:.3f} · q3 {qs[2]:.3f} · max {max(values):.3f}"
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="embedded", help="model spec (embedded, gemma3-270m, a folder...)")
-    parser.add_argument("--limit", type=int, default=41)
-    parser.add_argument("--max-length", type=int, default=100)
+    parser = calibration_parser(__doc__, limit=41, max_length=100)
     parser.add_argument("--seakr-questions", type=int, default=12,
                         help="questions for SEAKR's U (each costs two batches of k=20 samples)")
     args = parser.parse_args()
-    engine = open_engine(args.model)
+    engine, questions = open_calibration(args, open_engine)
     rind_max, prob_min = [], []
-    for q in load_dataset("demo", limit=args.limit):
+    for q in questions:
         segments = prompts.build_prompt(q.question, shots=prompts.exemplars(q.question, "auto", 6))
         gen = engine.generate(segments, max_new_tokens=args.max_length, stop_strings=prompts.STOP_STRINGS,
                               attention=True)
@@ -48,8 +40,8 @@ def main() -> None:
     print(f"model: {engine.lm.name} · {len(rind_max)} demo questions drafted without retrieval\n")
     print("| signal | per-question extreme | distribution |")
     print("|---|---|---|")
-    print(f"| DRAGIN paper RIND (entropy x amax, content tokens) | max | {_quantiles(rind_max)} |")
-    print(f"| FLARE token probability | min | {_quantiles(prob_min)} |")
+    print(f"| DRAGIN paper RIND (entropy x amax, content tokens) | max | {quartiles(rind_max)} |")
+    print(f"| FLARE token probability | min | {quartiles(prob_min)} |")
     print("\nshare of questions on which retrieval would fire at least once:")
     for theta in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.2):
         share = sum(v > theta for v in rind_max) / len(rind_max)
@@ -85,8 +77,8 @@ def seakr_u(engine, limit: int) -> None:
             if m.value is not None:
                 out.append(m.value)
     print(f"\nSEAKR Gram U of the first step (k=20, middle layer, MLP output), {len(bare)} demo questions:")
-    print(f"  without passages:             {_quantiles(bare)}")
-    print(f"  with the gold passages:       {_quantiles(informed)}")
+    print(f"  without passages:             {quartiles(bare)}")
+    print(f"  with the gold passages:       {quartiles(informed)}")
     lower = sum(b > i for b, i in zip(bare, informed, strict=False))
     print(f"  gold evidence lowers U on {lower} of {min(len(bare), len(informed))} questions")
     for delta in sorted({round(statistics.median(bare), 1), round(statistics.median(informed), 1), -6.0}):

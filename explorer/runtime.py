@@ -79,6 +79,11 @@ def open_engine(model: str = "embedded", *, dtype: str = "float32", device: str 
     return _engines.get((model, dtype, device, attn), build)
 
 
+def engine_loaded(model: str, *, dtype: str = "float32", device: str = "cpu", attn: str = "auto") -> bool:
+    """Whether :func:`open_engine` holds this model already (so opening it is immediate, not a load)."""
+    return _engines.peek((model, dtype, device, attn)) is not None
+
+
 def open_runtime(model: str = "embedded", corpus: str = "demo", *, dtype: str = "float32", device: str = "cpu",
                  attn: str = "auto", progress: Progress | None = None, retriever: Any = "bm25",
                  embedder: str | None = None, retriever_options: dict[str, Any] | None = None) -> Runtime:

@@ -89,3 +89,19 @@ def ui_app(tmp_path_factory):
     server = start_app(tmp_path_factory.mktemp("ui-app"), name="ui")
     yield server
     server.stop()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Files with browser and slow tests first, each file's tests in their own order.
+
+    ``make test`` hands whole files to two workers (``--dist loadfile --no-loadscope-reorder``) in this
+    order: the long files start first, and the many short ones fill in behind them, so neither worker
+    is left running one long file alone at the end."""
+    def file_of(item: pytest.Item) -> str:
+        return item.nodeid.split("::")[0]
+
+    weight: dict[str, int] = {}
+    for item in items:
+        heavy = item.get_closest_marker("browser") is not None or item.get_closest_marker("slow") is not None
+        weight[file_of(item)] = weight.get(file_of(item), 0) + heavy
+    items.sort(key=lambda item: -weight[file_of(item)])

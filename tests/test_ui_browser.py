@@ -407,14 +407,17 @@ def test_killing_the_server_mid_run_leaves_the_database_sound(context, tmp_path)
 
 @pytest.mark.slow
 def test_evaluations_tab_goes_from_a_cell_to_a_question_to_its_trace(context, tmp_path):
-    """A stored evaluation: pick it, click a cell of its table, click a question, and its run opens."""
+    """A stored evaluation: pick it, click a cell of its table, click a question, and its run opens.
+
+    The tab reads stored runs whatever model made them: the evaluation and the app run the random-weight
+    ``random:tiny`` (the embedded model would be loaded twice for runs nobody reads)."""
     db = tmp_path / "evals.sqlite"
     proc = subprocess.run([sys.executable, "-m", "explorer", "eval", "--dataset", "demo", "--methods", "wo,sr",
                            "--limit", "2", "--corpus", "demo", "--set", "max_length=8", "--set", "answer_tokens=4",
-                           "--db", str(db), "--name", "tiny-eval", "--quiet"],
+                           "--model", "random:tiny", "--db", str(db), "--name", "tiny-eval", "--quiet"],
                           capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    server = start_app(tmp_path, name="evals")  # serves tmp_path / "evals.sqlite"
+    server = start_app(tmp_path, name="evals", extra_args=("--model", "random:tiny"))  # serves tmp_path/evals.sqlite
     try:
         page = context.new_page()
         open_app(page, server.url)

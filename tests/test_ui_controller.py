@@ -212,3 +212,24 @@ def test_server_options_and_exposure_warning(monkeypatch, tmp_path):
         server.parse_args([])
     with pytest.raises(ExplorerError, match="does not download"):
         server.check_model_offline("org/some-hub-model")
+
+
+def test_a_finished_run_is_drawn_once_while_the_next_streams(controller, monkeypatch):
+    """While later methods stream, the finished runs above them are not drawn again at every refresh."""
+    from explorer.ui.views import render
+
+    drawn: list[tuple[str, str]] = []
+    real = render.render_run
+
+    def counting(trace, options=None, **kwargs):
+        drawn.append((trace.run_id, repr(options)))
+        return real(trace, options, **kwargs)
+
+    monkeypatch.setattr(render, "render_run", counting)
+    specs = [_spec("wo", max_length=8, fewshot=0, answer_tokens=2),
+             _spec("flare", max_length=24, fewshot=1, answer_tokens=4, threshold=0.3)]
+    updates = list(controller.stream("Where did the Lewiston Maineiacs play?", specs, gold=None, session="s"))
+    first = updates[-1].run_ids[0]
+    assert sum(1 for u in updates if not u.done and first in u.run_ids) > 3, "the second run hardly streamed"
+    stored = [d for d in drawn if d[0] != "live"]
+    assert stored and len(stored) == len(set(stored)), "a stored run was drawn again with the same options"

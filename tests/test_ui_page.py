@@ -11,6 +11,7 @@ import pytest
 from explorer.engine.embedded import embedded_display_name
 from explorer.methods.base import method_names
 from explorer.store import RunStore
+from explorer.ui.page import controls
 from explorer.ui.panels import decisions
 from explorer.ui.runs import gallery
 from explorer.ui.views.view import TraceView
@@ -344,6 +345,11 @@ def test_every_method_ticked_at_once_runs_from_the_form(context, tiny_app) -> No
             open_settings(page, method)
             page.locator(f"#param-{method}-max_length input").fill("8")
             page.locator(f"#param-{method}-answer_tokens input").fill("2")
+            # the other token budgets too (BlendFilter's internal answer and filter, SEAKR's step, ...): every
+            # update redraws the runs already finished, so streamed tokens are most of this test's time
+            for param in controls.params(method):
+                if param.name.endswith("_tokens") and param.name != "answer_tokens" and param.type == "int":
+                    page.locator(f"#{param.elem_id} input").fill(str(max(4, int(param.lo or 0))))
         for name, value in (("k", 2), ("max_steps", 1)):
             open_settings(page, "seakr")
             page.locator(f"#param-seakr-{name} input").fill(str(value))

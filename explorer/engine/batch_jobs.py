@@ -15,20 +15,21 @@ import math
 import queue
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from explorer.engine.captured import TOP_K_ALTERNATIVES, Site, pack_signals
+from explorer.engine.captured import TOP_K_ALTERNATIVES, DecodeStep, Site, pack_signals
 from explorer.engine.decode import Detokenizer, cancelled, choose_token, drop_after, token_signal
 from explorer.engine.hidden import HiddenCapture, note_fallback
 from explorer.engine.signals import StepStats
+from explorer.engine.slots import SlotCache
+from explorer.engine.spans import Generation, SpanRequest, stop_after
 from explorer.engine.token_signals import plan
 from explorer.trace import TraceRecorder
 
 if TYPE_CHECKING:
-    from explorer.engine.batching import Batcher
-    from explorer.engine.generation import Engine, Generation, _Request
+    from explorer.engine.generation import Engine
     from explorer.engine.sampling import _Loop
 
 _END = object()
@@ -49,12 +50,33 @@ class Row:
         self.position = 0
 
 
+class JobHost(Protocol):
+    """What a job needs of the batch it decodes in (:class:`explorer.engine.batching.Batcher`).
+
+    Named here, below the batcher, so that the batcher can import its jobs without the jobs importing it.
+    """
+
+    engine: Engine
+    slots: SlotCache
+    step: DecodeStep
+
+    def check(self, cache: Any, out: Any, prompt_ids: list[int]) -> None: ...
+
+    def join(self, job: Job, cache: Any, length: int, *, attention: bool, site: Site | None) -> Row: ...
+
+    def join_copy(self, job: Job, source: Row) -> Row: ...
+
+    def leave(self, row: Row) -> None: ...
+
+    def leave_all(self, job: Job) -> None: ...
+
+
 class Job:
     """A call waiting in, or decoding in, the batch; its caller's thread runs what is posted to it."""
 
     rows_needed = 1
 
-    def __init__(self, batcher: Batcher, rec: TraceRecorder | None, prompt_tokens: int) -> None:
+    def __init__(self, batcher: JobHost, rec: TraceRecorder | None, prompt_tokens: int) -> None:
         self.batcher = batcher
         self.rec = rec
         self.prompt_tokens = prompt_tokens
@@ -108,7 +130,7 @@ class Job:
 class SpanJob(Job):
     """One :meth:`Engine.generate` call: the per-token rules of ``Engine._loop`` applied to one row."""
 
-    def __init__(self, batcher: Batcher, req: _Request, rec: TraceRecorder | None) -> None:
+    def __init__(self, batcher: JobHost, req: SpanRequest, rec: TraceRecorder | None) -> None:
         super().__init__(batcher, rec, len(req.prompt_ids))
         self.engine = engine = batcher.engine
         self.req = req
@@ -183,9 +205,7 @@ class SpanJob(Job):
         self.tokens.append(token)
         if self.rec is not None and req.stream:
             self.post(partial(self.rec.token, req.purpose, token))
-        from explorer.engine.generation import _stop_after
-
-        stop = "eos" if at_eos else _stop_after(req, self.detok.text, self.tokens)
+        stop = "eos" if at_eos else stop_after(req, self.detok.text, self.tokens)
         row = self.row
         row.token, row.position = chosen, len(req.prompt_ids) + len(self.tokens) - 1
         if stop is None:
@@ -198,8 +218,6 @@ class SpanJob(Job):
         self._finish()
 
     def _finish(self) -> None:
-        from explorer.engine.generation import Generation
-
         engine, req, slots = self.engine, self.req, self.batcher.slots
         p, index = len(req.prompt_ids), self.row.index
         fed = self.forward_passes - 1
@@ -227,7 +245,7 @@ class SpanJob(Job):
 class SampleJob(Job):
     """One :func:`~explorer.engine.sampling.sample` call: the sampler's own rules over its k (+1) rows."""
 
-    def __init__(self, batcher: Batcher, loop: _Loop) -> None:
+    def __init__(self, batcher: JobHost, loop: _Loop) -> None:
         super().__init__(batcher, loop.rec, len(loop.prompt_ids))
         self.loop = loop
         self.rows_needed = len(loop.rows)

@@ -52,8 +52,9 @@ from explorer.engine.slots import SlotCache, plain_layers
 from explorer.trace import TraceRecorder
 
 if TYPE_CHECKING:
-    from explorer.engine.generation import Engine, Generation, _Request
+    from explorer.engine.generation import Engine
     from explorer.engine.sampling import _Loop
+    from explorer.engine.spans import Generation, SpanRequest
 
 __all__ = ["Batcher", "NotBatched", "default_rows", "disable", "enable"]
 
@@ -109,7 +110,7 @@ class Batcher:
             return "the model's attention weights are read through output_attentions, not the probe a batch needs"
         return None
 
-    def generate(self, req: _Request, rec: TraceRecorder | None) -> Generation | None:
+    def generate(self, req: SpanRequest, rec: TraceRecorder | None) -> Generation | None:
         """The span ``req`` decoded in the batch, or None when it must decode alone (a note says why)."""
         reason = self.accepts(req.attention)
         if reason is None:

@@ -13,16 +13,14 @@ from __future__ import annotations
 import re
 import weakref
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
+from explorer.engine.protocols import EngineLike
 from explorer.engine.signals import StepStats, step_stats, warp
 from explorer.engine.token_signals import SignalSpec, TokenContext, compute_step
 from explorer.trace import Cancelled, Costs, TokenSignal, TraceRecorder
-
-if TYPE_CHECKING:
-    from explorer.engine.generation import Engine
 
 #: A sentence ends at . ! or ? (with closing quotes/brackets) followed by whitespace, but not after
 #: a single capital letter ("J. R. R."), so initials do not end a reasoning step.
@@ -39,7 +37,7 @@ class Detokenizer:
     decoded text ends in U+FFFD, so such a tail is held back and given to the token completing it.
     """
 
-    def __init__(self, engine: Engine, *, special: bool = False) -> None:
+    def __init__(self, engine: EngineLike, *, special: bool = False) -> None:
         self.engine = engine
         self.special = special
         self.ids: list[int] = []
@@ -99,7 +97,7 @@ def kept_tokens(pieces: list[str], cut: int) -> int:
     return count
 
 
-def token_signal(engine: Engine, logits: torch.Tensor, chosen: int, piece: str, specs: Sequence[SignalSpec],
+def token_signal(engine: EngineLike, logits: torch.Tensor, chosen: int, piece: str, specs: Sequence[SignalSpec],
                  entropy_warped: float | None = None, stats: StepStats | None = None) -> TokenSignal:
     """The chosen token with its ``logits`` and ``token`` signals (attention-based ones are filled in later).
 
@@ -118,7 +116,7 @@ def token_signal(engine: Engine, logits: torch.Tensor, chosen: int, piece: str, 
 _PIECES: weakref.WeakKeyDictionary[Any, dict[int, str]] = weakref.WeakKeyDictionary()
 
 
-def piece_text(engine: Engine, token_id: int) -> str:
+def piece_text(engine: EngineLike, token_id: int) -> str:
     """``engine.decode([token_id])``, remembered per tokenizer."""
     pieces = _PIECES.setdefault(engine.tokenizer, {})
     text = pieces.get(token_id)

@@ -14,7 +14,6 @@ import bisect
 import itertools
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -29,94 +28,17 @@ from explorer.engine.decode import (
     count_call,
     drop_after,
     raise_if_cancelled,
-    text_end,
     token_signal,
 )
 from explorer.engine.hidden import HiddenCapture, HiddenSpec, note_fallback
 from explorer.engine.model import LoadedModel
+from explorer.engine.sampling import sample
 from explorer.engine.signal_check import check_signals
 from explorer.engine.signals import AmaxTracker
+from explorer.engine.spans import Generation, PromptLike, Sampling, Span, SpanRequest, stop_after
 from explorer.engine.token_signals import compute_derived, plan
 from explorer.errors import ConfigError, ExplorerError, ModelError
 from explorer.trace import TokenSignal, TraceRecorder, phase
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """Sampling settings; ``None`` in :meth:`Engine.generate` means greedy decoding."""
-
-    temperature: float = 1.0
-    top_k: int | None = 50
-    top_p: float | None = 0.9
-    seed: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p, "seed": self.seed}
-
-
-Span = tuple[str, int, int]
-PromptLike = str | Sequence[tuple[str, str]]
-
-
-@dataclass(frozen=True)
-class _Request:
-    """One call of :meth:`Engine.generate`, resolved: what to generate and what to measure."""
-
-    prompt: str
-    prompt_ids: list[int]
-    segments: list[Span]
-    max_new_tokens: int
-    purpose: str
-    sampling: Sampling | None
-    stop_strings: tuple[str, ...]
-    attention: bool
-    until: Callable[[list[TokenSignal]], bool] | None
-    hidden: HiddenSpec | None
-    stream: bool
-    ignore_eos: bool = False
-    keep_special: bool = False
-    signals: tuple[str, ...] = ()
-
-
-@dataclass
-class Generation:
-    """A finished span: the tokens with their signals, the text, and why it stopped.
-
-    ``stopped_by`` is one of ``eos``, ``max_tokens``, ``stop_string``, ``callback`` or ``cancelled``.
-    ``event_id`` is the id of the trace's ``generation`` event (None without a recorder).
-    """
-
-    purpose: str
-    prompt: str
-    prompt_ids: list[int]
-    segments: list[Span]
-    ids: list[int]
-    tokens: list[TokenSignal]
-    text: str
-    stopped_by: str
-    event_id: int | None = None
-    hidden: torch.Tensor | None = None
-    _engine: Engine | None = field(default=None, repr=False)
-    _cache: Any = field(default=None, repr=False)
-
-    @property
-    def token_texts(self) -> list[str]:
-        return [t.text for t in self.tokens]
-
-    def offsets(self) -> list[int]:
-        """Character offset in ``text`` where each token starts."""
-        out, pos = [], 0
-        for t in self.tokens:
-            out.append(pos)
-            pos += len(t.text)
-        return out
-
-    def attention_row(self, index: int) -> list[float]:
-        """:meth:`Engine.attention_over` of the engine that generated this span."""
-        if self._engine is None:
-            raise ExplorerError("this generation kept no KV cache, so its attention rows cannot be read",
-                                fix="generate with attention=True")
-        return self._engine.attention_over(self, index)
 
 
 class Engine:
@@ -300,7 +222,7 @@ class Engine:
             if replayed is not None:
                 return replayed
         with phase(rec, "generation") as timer:
-            request = _Request(prompt, prompt_ids, segments, max_new_tokens, purpose, sampling, tuple(stop_strings),
+            request = SpanRequest(prompt, prompt_ids, segments, max_new_tokens, purpose, sampling, tuple(stop_strings),
                                attention, until, hidden, stream, ignore_eos, keep_special, tuple(signals))
             # With a batcher, the span decodes in the batch shared with concurrent runs (None: it cannot).
             gen = self.batcher.generate(request, rec) if self.batcher is not None else None
@@ -369,8 +291,6 @@ class Engine:
 
     def sample(self, prompt: PromptLike, *, k: int, max_new_tokens: int, **options: Any) -> Any:
         """``k`` sampled continuations in one batched loop: :func:`explorer.engine.sampling.sample`."""
-        from explorer.engine.sampling import sample
-
         return sample(self, prompt, k=k, max_new_tokens=max_new_tokens, **options)
 
     def attention_over(self, gen: Generation, index: int) -> list[float]:
@@ -394,7 +314,7 @@ class Engine:
             cache, _ = self._prefill(list(gen.prompt_ids) + list(gen.ids))
         return cache
 
-    def _loop(self, req: _Request, rec: TraceRecorder | None) -> Generation:
+    def _loop(self, req: SpanRequest, rec: TraceRecorder | None) -> Generation:
         """Decode one span: one forward pass per token, signals read from what each pass produced."""
         prompt_ids, sampling, attention = req.prompt_ids, req.sampling, req.attention
         generator = None
@@ -433,7 +353,7 @@ class Engine:
                 amax.add_token()
                 if rec is not None and req.stream:
                     rec.token(req.purpose, token)
-                stop = "eos" if at_eos else _stop_after(req, detok.text, tokens)
+                stop = "eos" if at_eos else stop_after(req, detok.text, tokens)
                 if stop is not None:
                     stopped_by, cut_at = stop if isinstance(stop, tuple) else (stop, None)
                     break
@@ -601,14 +521,3 @@ def _special_prefix(tokenizer: Any) -> list[int]:
             return with_special[:start]
     return []
 
-
-def _stop_after(req: _Request, text: str, tokens: list[TokenSignal]) -> str | tuple[str, int] | None:
-    """Why the span stops after its newest token: a stop string (with where to cut), the callback, the limit."""
-    end = text_end(text, req.stop_strings) if req.stop_strings else None
-    if end is not None:
-        return end[1], end[0]
-    if req.until is not None and req.until(tokens):
-        return "callback"
-    if len(tokens) >= req.max_new_tokens:
-        return "max_tokens"
-    return None

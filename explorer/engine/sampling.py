@@ -55,9 +55,10 @@ from explorer.engine.decode import (
     text_end,
     token_signal,
 )
-from explorer.engine.generation import Engine, Generation, PromptLike, Sampling
 from explorer.engine.hidden import HiddenCapture, HiddenSpec, note_fallback
+from explorer.engine.protocols import EngineLike, PromptLike
 from explorer.engine.signals import warp
+from explorer.engine.spans import Generation, Sampling
 from explorer.engine.token_signals import plan
 from explorer.errors import ConfigError, ExplorerError, ModelError
 from explorer.trace import TokenSignal, TraceRecorder, phase
@@ -156,7 +157,7 @@ def row_seed(seed: int, row: int) -> int:
     return (int(seed) * 1_000_003 + row) % (2**63)
 
 
-def sample(engine: Engine, prompt: PromptLike, *, k: int, max_new_tokens: int, sampling: Sampling | None = None,
+def sample(engine: EngineLike, prompt: PromptLike, *, k: int, max_new_tokens: int, sampling: Sampling | None = None,
            stop_strings: Sequence[str] = (), sentence_end: bool = False, hidden: HiddenSpec | None = None,
            greedy: bool = False, rec: TraceRecorder | None = None, purpose: str = "samples",
            meta: dict[str, Any] | None = None, end_state: str = "kept") -> SampleBatch:
@@ -198,7 +199,7 @@ def sample(engine: Engine, prompt: PromptLike, *, k: int, max_new_tokens: int, s
 
 
 class _Loop:
-    def __init__(self, engine: Engine, prompt_ids: list[int], k: int, max_new: int, sampling: Sampling,
+    def __init__(self, engine: EngineLike, prompt_ids: list[int], k: int, max_new: int, sampling: Sampling,
                  stop_strings: tuple[str, ...], sentence_end: bool, hidden: HiddenSpec | None, greedy: bool,
                  rec: TraceRecorder | None, purpose: str, end_state: str = "kept") -> None:
         self.engine, self.prompt_ids, self.k, self.max_new = engine, prompt_ids, k, max_new
@@ -421,7 +422,7 @@ class _Loop:
                            forward_passes=self.forward_passes, seconds=seconds)
 
 
-def _end_token(engine: Engine) -> int:
+def _end_token(engine: EngineLike) -> int:
     eos = engine.tokenizer.eos_token_id
     if eos is None and engine.eos_ids:
         eos = min(engine.eos_ids)

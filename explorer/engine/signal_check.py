@@ -25,16 +25,14 @@ agreement is remembered, so later spans pay nothing. The prompt is cut to its fi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from explorer.engine.attention import absolute_row, decoder_layers, follows_attention_interface
 from explorer.engine.capabilities import attention_layer_indices
+from explorer.engine.protocols import EngineLike
 from explorer.errors import ModelError
-
-if TYPE_CHECKING:
-    from explorer.engine.generation import Engine
 
 #: Longest prompt prefix the check encodes.
 MAX_TOKENS = 256
@@ -49,19 +47,19 @@ CHECK_FIX = ("load the model with --attn eager; if the signals still disagree, t
              "step by step: pick a method that reads no attention (wo, sr, fl, fs, flare, seakr, drrag, blendfilter)")
 
 
-def kind_of(engine: Engine) -> tuple[str, ...]:
+def kind_of(engine: EngineLike) -> tuple[str, ...]:
     """What the check's verdict holds for: a model class read through one attention path, dtype and device type."""
     model, probe = engine.model, engine.probe
     return (f"{type(model).__module__}.{type(model).__qualname__}", probe.mode, probe.implementation,
             str(probe.layer_index), _dtype(engine), engine.device.type, str(engine.recompute is not None))
 
 
-def checked(engine: Engine) -> bool:
+def checked(engine: EngineLike) -> bool:
     """Whether this kind of model has already been checked in this process (either way)."""
     return kind_of(engine) in _CHECKED
 
 
-def check_signals(engine: Engine, prompt_ids: Sequence[int]) -> None:
+def check_signals(engine: EngineLike, prompt_ids: Sequence[int]) -> None:
     """Refuse, with what differs, a model whose stepwise attention signals disagree with one full eager pass."""
     key = kind_of(engine)
     if key not in _CHECKED:
@@ -75,7 +73,7 @@ def check_signals(engine: Engine, prompt_ids: Sequence[int]) -> None:
         raise ModelError(message, fix=CHECK_FIX)
 
 
-def _disagreement(engine: Engine, ids: list[int]) -> str | None:
+def _disagreement(engine: EngineLike, ids: list[int]) -> str | None:
     """None when the stepwise row and log-probabilities match the full eager pass, else what differs."""
     row, logprobs = _stepwise(engine, ids)
     ref_row, ref_logprobs = _full_pass(engine, ids)
@@ -106,11 +104,11 @@ def _disagreement(engine: Engine, ids: list[int]) -> str | None:
             "would be wrong and the run is refused")
 
 
-def _dtype(engine: Engine) -> str:
+def _dtype(engine: EngineLike) -> str:
     return str(next(engine.model.parameters()).dtype).replace("torch.", "")
 
 
-def _stepwise(engine: Engine, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+def _stepwise(engine: EngineLike, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """The last token fed as the decoding loop feeds it: its probed row (absolute positions) and log-probabilities."""
     probe = engine.probe
     cache = engine.new_cache()
@@ -125,7 +123,7 @@ def _stepwise(engine: Engine, ids: list[int]) -> tuple[torch.Tensor, torch.Tenso
     return row, torch.log_softmax(out.logits[0, -1].float(), dim=-1).cpu()
 
 
-def _full_pass(engine: Engine, ids: list[int]) -> tuple[torch.Tensor | None, torch.Tensor]:
+def _full_pass(engine: EngineLike, ids: list[int]) -> tuple[torch.Tensor | None, torch.Tensor]:
     """One pass over ``ids`` without a cache on the eager implementation: the probed layer's last row, log-probs."""
     model = engine.model
     before = str(model.config._attn_implementation)
@@ -149,7 +147,7 @@ def _full_pass(engine: Engine, ids: list[int]) -> tuple[torch.Tensor | None, tor
     return row, torch.log_softmax(out.logits[0, -1].float(), dim=-1).cpu()
 
 
-def _layer_weights(engine: Engine, attentions: Any) -> torch.Tensor | None:
+def _layer_weights(engine: EngineLike, attentions: Any) -> torch.Tensor | None:
     """The probed layer's entry of an ``output_attentions`` tuple, which lists every layer or only those that attend."""
     if not attentions:
         return None

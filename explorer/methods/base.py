@@ -1,8 +1,8 @@
-"""What every method is: a small strategy over the shared engine and a retriever.
+"""How a method runs: every method is a small strategy over the shared engine and a retriever.
 
-A method declares its name, variants and typed config, and implements :meth:`Method.run`, which
-asks the engine to generate, decides when to retrieve and what to search for, and records every
-decision on the :class:`~explorer.trace.TraceRecorder`. :func:`run_question` is the single entry
+What a method is (:class:`Method`) and the registry of methods by name live in
+:mod:`explorer.methods.registry`, below this module and :mod:`explorer.methods.resolve`, and are
+named here too. :func:`run_question` is the single entry
 point the CLI, the web app and the evaluation runner use, so they all produce identical traces
 for identical inputs.
 """
@@ -12,96 +12,22 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from explorer.config import Config
-from explorer.errors import ConfigError, ExplorerError, check_question
+from explorer.errors import ExplorerError, check_question
+from explorer.methods.registry import METHODS, ORDER, Method, get_method, method_names, method_rank, register
 from explorer.methods.resolve import ResolvedConfig, resolve_config
-from explorer.retrieval.base import Retriever
 from explorer.runtime import Runtime
 from explorer.trace import Cancelled, Event, Listener, Trace, TraceRecorder
 
 if TYPE_CHECKING:
     from explorer.journal import RunJournal
 
-METHODS: dict[str, type[Method]] = {}
-
-
-class Method:
-    """Base class for methods. Subclasses set the class variables and implement ``run``."""
-
-    name: ClassVar[str]
-    title: ClassVar[str]
-    variants: ClassVar[tuple[str, ...]] = ("paper",)
-    Config: ClassVar[type[Config]]
-    #: Per variant, config values that differ from the paper's because that variant's code differs.
-    variant_defaults: ClassVar[dict[str, dict[str, Any]]] = {}
-    #: What the method needs of the model beyond generating: ``attention_weights`` (it reads the attention of
-    #: a layer). Checked before the model loads where that can be told (:mod:`explorer.methods.fit`) and
-    #: before the run starts otherwise, so a run never fails half way for it.
-    needs: ClassVar[tuple[str, ...]] = ()
-
-    def __init_subclass__(cls, *, name: str | None = None, title: str | None = None,
-                          config: type[Config] | None = None, variants: tuple[str, ...] | None = None,
-                          **kwargs: Any) -> None:
-        """Let a method declare itself in its class line: ``class X(Method, name=..., title=..., config=...)``."""
-        super().__init_subclass__(**kwargs)
-        for attr, value in (("name", name), ("title", title), ("Config", config), ("variants", variants)):
-            if value is not None:
-                setattr(cls, attr, value)
-
-    def __init__(self, config: Config, runtime: Runtime, variant: str) -> None:
-        self.config = config
-        self.runtime = runtime
-        self.variant = variant
-
-    @property
-    def engine(self) -> Any:
-        return self.runtime.engine
-
-    @property
-    def retriever(self) -> Retriever:
-        return self.runtime.retriever
-
-    def run(self, question: str, rec: TraceRecorder) -> None:
-        """Answer ``question``, recording every step; set ``rec.trace.answer`` and ``.output``."""
-        raise NotImplementedError
-
-
-#: The order methods are listed in everywhere (controls, tables): baselines first, then the papers'
-#: methods; a method not listed here follows, by name.
-ORDER = ("wo", "sr", "fl", "fs", "flare", "dragin", "seakr", "blendfilter", "drrag", "etc", "targ", "probing_rag")
-
-
-def register(cls: type[Method]) -> type[Method]:
-    """Class decorator adding a method to the registry under its short name; a name is taken once."""
-    held = METHODS.get(cls.name)
-    if held is not None and (held.__module__, held.__qualname__) != (cls.__module__, cls.__qualname__):
-        raise ConfigError(f"method name {cls.name!r} is already registered by {held.__module__}.{held.__qualname__}",
-                          where=f"{cls.__module__}.{cls.__qualname__}", fix="give the new method another name")
-    METHODS[cls.name] = cls
-    return cls
-
-
-def method_rank(name: str) -> tuple[int, str]:
-    """Sort key putting methods in :data:`ORDER`, unknown ones after it by name."""
-    return (ORDER.index(name), name) if name in ORDER else (len(ORDER), name)
-
-
-def method_names() -> list[str]:
-    """Every registered method, in display order."""
-    get_method("wo")  # imports every method module, which registers it
-    return sorted(METHODS, key=method_rank)
-
-
-def get_method(name: str) -> type[Method]:
-    from explorer import methods as _all  # noqa: F401  (imports every method module)
-
-    try:
-        return METHODS[name]
-    except KeyError:
-        raise ConfigError(f"unknown method {name!r}", where="method",
-                          fix=f"choose one of {', '.join(sorted(METHODS))}") from None
+#: The method classes and their registry live in :mod:`explorer.methods.registry`; they are named here
+#: too, where every caller has found them.
+__all__ = ["METHODS", "ORDER", "Method", "get_method", "make_config", "method_names", "method_rank", "register",
+           "run_question"]
 
 
 def make_config(method: str, values: dict[str, Any] | Config | None) -> Config:

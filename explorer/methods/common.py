@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from explorer.config import Config, param
 from explorer.engine.generation import Engine, Generation
@@ -139,6 +139,70 @@ def budgeted_rounds(rec: TraceRecorder, engine: Engine, config: RetrievalConfig,
         yield budget
 
 
+class FoundQuery(Protocol):
+    """A query a method built from a draft: its text and what the query event keeps beside it."""
+
+    query: str
+
+    def details(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """What a method's check found in a draft: where to cut it and what to search for in its place.
+
+    ``token_index`` is the first token dropped and ``reason`` goes on the truncation event. ``query``
+    is called once the cut is recorded; ``source`` and ``trigger_token`` go on the query event.
+    """
+
+    token_index: int
+    reason: str
+    query: Callable[[], FoundQuery]
+    source: str
+    trigger_token: str
+
+
+#: A method's check of one draft: ``(rec, gen, start)`` -> a :class:`Trigger`, or None to keep the draft whole.
+DraftCheck = Callable[[TraceRecorder, Generation, int], "Trigger | None"]
+
+
+def draft_and_retrieve(config: RetrievalConfig, engine: Engine, retriever: Retriever, rec: TraceRecorder,
+                       question: str, check: DraftCheck, *, attention: bool = False,
+                       stop_when_empty: bool = False) -> tuple[str, list[Hit]]:
+    """The papers' drafting loop (DRAGIN's, ETC's): draft, let the method check the draft, keep it or cut and search.
+
+    Each round drafts from the question, the last search's passages and the answer so far, within the
+    token budget left. ``check`` records the method's decision and returns None (the draft is kept
+    whole; the loop ends at the answer phrase or at a draft that stopped before its budget) or a
+    :class:`Trigger` (the draft is cut there, what stays is kept and the trigger's query is searched).
+    ``start`` is 1 right after a retrieval: the continuation keeps at least its first token (or word),
+    or a trigger on it would retrieve again at once, forever. ``stop_when_empty`` ends the loop at a
+    draft with no tokens before it is checked (a check that reads a draft's attention needs one).
+    Returns the answer text and the passages of the last search.
+    """
+    shots_text = shots(config, question)
+    text, hits, retrieval = "", [], None
+    for budget in budgeted_rounds(rec, engine, config, lambda: text):  # noqa: B023 (read each round)
+        segments = prompts.build_prompt(question, shots=shots_text, hits=hits, answer_so_far=text)
+        gen = generate(engine, rec, segments, max_new_tokens=budget, purpose="draft", attention=attention)
+        continuation(rec, gen, retrieval)
+        if stop_when_empty and not gen.ids:
+            break
+        trigger = check(rec, gen, 1 if retrieval is not None else 0)
+        if trigger is None:
+            text = prompts.join_text(text, gen.text)
+            if prompts.has_answer(text) or gen.stopped_by != "max_tokens":
+                break
+            retrieval = None
+            continue
+        kept = cut(rec, gen, trigger.token_index, reason=trigger.reason)
+        text = prompts.join_text(text, kept) if kept.strip() else text
+        found = trigger.query()
+        hits, retrieval = search(rec, retriever, found.query, config.top_k, source=trigger.source,
+                                 trigger_token=trigger.trigger_token, **found.details())
+    return text, hits
+
+
 def token_budget_left(engine: Engine, text: str, max_length: int) -> int:
     """How many answer tokens remain before ``max_length`` (the papers' stopping rule)."""
     return max_length - engine.count_tokens(text)
@@ -190,6 +254,14 @@ def cut(rec: TraceRecorder, gen: Generation, token_index: int, *, reason: str, *
         rec.costs.discarded_tokens += len(gen.tokens) - token_index
         rec.add("truncation", span=gen.event_id, token_index=token_index, kept_text=kept, discarded_text=discarded,
                 reason=reason, **extra)
+    return kept
+
+
+def cut_before_sentence(rec: TraceRecorder, gen: Generation, decision: Any, *, reason: str) -> str:
+    """The reference variants' cut: ``gen`` keeps the sentences before ``decision.sentence_start`` and the
+    truncation event records ``decision.kept_text`` (the kept text as the authors' code re-joins it), returned."""
+    kept = decision.kept_text
+    cut(rec, gen, token_at_char(gen, decision.sentence_start), kept_as=kept, reason=reason)
     return kept
 
 

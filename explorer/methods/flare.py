@@ -126,9 +126,7 @@ class Flare(Method, name="flare", config=FlareConfig, variants=("paper", "refere
             if decision is None:
                 text = rules.append_text(text, gen.text)
             else:
-                kept = decision.kept_text
-                common.cut(rec, gen, common.token_at_char(gen, decision.sentence_start), kept_as=kept,
-                           reason="sentences before the unsure one are kept")
+                kept = common.cut_before_sentence(rec, gen, decision, reason="sentences before the unsure one are kept")
                 query = common.truncate_query(engine, decision.masked_sentence.replace(rules.MASK, ""),
                                               rules.MAX_QUERY_TOKENS)
                 hits, retrieval = common.search(rec, self.retriever, query, cfg.top_k, source="masked-sentence",

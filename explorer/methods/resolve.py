@@ -22,6 +22,7 @@ from typing import Any
 from explorer.config import Config
 from explorer.errors import ConfigError
 from explorer.methods.presets import preset_for
+from explorer.methods.registry import get_method
 
 SOURCES = ("paper", "variant", "preset", "user")
 
@@ -50,8 +51,6 @@ def resolve_config(method: str, variant: str | None, model: str | None,
     built config, all of whose values then count as the user's. Raises ConfigError for an unknown
     method or variant, an unknown parameter or a bad value.
     """
-    from explorer.methods.base import get_method
-
     cls = get_method(method)
     variant = variant or cls.variants[0]
     if variant not in cls.variants:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from explorer.errors import CorpusError
 from explorer.paths import cache_dir, shared_data_dir
-from explorer.retrieval.corpora import Corpus, PooledFiles, collect_documents, corpus_from_documents
+from explorer.retrieval.corpus import PooledFiles, collect_documents, corpus_from_documents
 from explorer.retrieval.formats import open_documents
 from explorer.retrieval.splitter import Document, paragraph_document
 
@@ -152,9 +152,3 @@ def _stderr(message: str) -> None:
 
     print(message, file=sys.stderr, flush=True)
 
-
-def benchmark_corpus(progress: Progress | None = None) -> Corpus:
-    from explorer.retrieval.corpora import load_corpus
-
-    ensure_benchmark_corpus(progress=progress)
-    return load_corpus("benchmark")

@@ -82,32 +82,22 @@ class Dragin(Method, name="dragin", title="DRAGIN (RIND + QFS)", config=DraginCo
 
     # -- paper ----------------------------------------------------------------------------------
     def _run_paper(self, question: str, rec: TraceRecorder) -> tuple[str, list[Hit]]:
-        cfg, engine = self.config, self.engine
-        shots = common.shots(cfg, question)
-        text, hits, retrieval = "", [], None
-        for budget in common.budgeted_rounds(rec, engine, cfg, lambda: text):  # noqa: B023 (read each round)
-            segments = prompts.build_prompt(question, shots=shots, hits=hits, answer_so_far=text)
-            gen = common.generate(engine, rec, segments, max_new_tokens=budget, purpose="draft", attention=True)
-            common.continuation(rec, gen, retrieval)
-            # Right after a retrieval the continuation must keep at least one token, or a trigger on
-            # its first token would loop forever.
-            start = 1 if retrieval is not None else 0
-            fired = self._paper_check(rec, gen, start)
-            if fired is None:
-                text = prompts.join_text(text, gen.text)
-                if prompts.has_answer(text) or gen.stopped_by != "max_tokens":
-                    break
-                retrieval = None
-                continue
-            token = gen.tokens[fired]
-            rec.add("trigger", span=gen.event_id, token_index=fired, signal="rind", value=token.rind,
-                    threshold=cfg.threshold, token=token.text, entropy=token.entropy, amax=token.amax)
-            kept = common.cut(rec, gen, fired, reason="truncated before the token that fired retrieval")
-            text = prompts.join_text(text, kept) if kept.strip() else text
-            result = qfs.paper_query(self.engine, gen, fired, cfg.top_n, skip_stopwords=cfg.skip_stopwords)
-            hits, retrieval = common.search(rec, self.retriever, result.query, cfg.top_k, source="qfs",
-                                            trigger_token=token.text, **result.details())
-        return text, hits
+        return common.draft_and_retrieve(self.config, self.engine, self.retriever, rec, question, self._paper_trigger,
+                                         attention=True)
+
+    def _paper_trigger(self, rec: TraceRecorder, gen: Generation, start: int) -> common.Trigger | None:
+        """RIND's check of one draft; a firing token is cut before and its QFS query searched."""
+        cfg = self.config
+        fired = self._paper_check(rec, gen, start)
+        if fired is None:
+            return None
+        token = gen.tokens[fired]
+        rec.add("trigger", span=gen.event_id, token_index=fired, signal="rind", value=token.rind,
+                threshold=cfg.threshold, token=token.text, entropy=token.entropy, amax=token.amax)
+        return common.Trigger(fired, "truncated before the token that fired retrieval", source="qfs",
+                              trigger_token=token.text,
+                              query=lambda: qfs.paper_query(self.engine, gen, fired, cfg.top_n,
+                                                            skip_stopwords=cfg.skip_stopwords))
 
     def _paper_check(self, rec: TraceRecorder, gen: Generation, start: int) -> int | None:
         threshold = self.config.threshold
@@ -139,9 +129,8 @@ class Dragin(Method, name="dragin", title="DRAGIN (RIND + QFS)", config=DraginCo
             if decision is None:
                 text = rules.append_text(text, gen.text)
             else:
-                kept = decision.kept_text
-                common.cut(rec, gen, common.token_at_char(gen, decision.sentence_start), kept_as=kept,
-                           reason="truncated at the start of the flagged sentence")
+                kept = common.cut_before_sentence(rec, gen, decision,
+                                                  reason="truncated at the start of the flagged sentence")
                 result = qfs.reference_query(engine, question + " " + text + " " + kept, decision.word_texts,
                                              decision.hits, cfg.top_n, max_query_tokens=cfg.max_query_tokens)
                 rec.costs.forward_passes += 1

@@ -8,6 +8,7 @@ the trace.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,14 +41,19 @@ class QfsResult:
         return out
 
 
-def _word_items(texts: list[str], weights: list[float], segment: str, offset: int) -> list[dict[str, Any]]:
-    """Merge tokens into words, keeping each token's weight; a word shows its best token's weight."""
+def word_items(texts: list[str], weights: list[float], segment: str, offset: int, *,
+               word_weight: Callable[[list[float]], float] | None = None) -> list[dict[str, Any]]:
+    """Merge tokens into words, keeping each token's weight (rounded); a word's own weight is
+    ``word_weight`` of its tokens' raw weights, by default its best token's (the paper's QFS).
+
+    ETC's query gives a word the SUM over its tokens instead, as its authors sum key columns."""
     items = []
     for w in merge_words(texts):
         if not w.text:
             continue
         token_weights = [round(x, 6) for x in weights[w.start:w.end]]
-        items.append({"text": w.text, "weight": max(token_weights), "token_weights": token_weights,
+        weight = max(token_weights) if word_weight is None else word_weight(weights[w.start:w.end])
+        items.append({"text": w.text, "weight": weight, "token_weights": token_weights,
                       "segment": segment, "tokens": [offset + w.start, offset + w.end]})
     return items
 
@@ -63,10 +69,10 @@ def paper_query(engine: Engine, gen: Generation, trigger: int, top_n: int, *, sk
     items: list[dict[str, Any]] = []
     for label, start, end in gen.segments:
         if label in QUERY_SEGMENTS:
-            items += _word_items(engine.token_texts(gen.prompt_ids[start:end]), row[start:end], label, start)
+            items += word_items(engine.token_texts(gen.prompt_ids[start:end]), row[start:end], label, start)
     p = len(gen.prompt_ids)
     if trigger > 0:
-        items += _word_items(gen.token_texts[:trigger], row[p:p + trigger], "generated", p)
+        items += word_items(gen.token_texts[:trigger], row[p:p + trigger], "generated", p)
     for item in items:
         item["eligible"] = not (skip_stopwords and is_stopword(item["text"]))
     # The top-n TOKENS by attention choose their words; two tokens of one word choose it once.

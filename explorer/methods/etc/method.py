@@ -40,10 +40,10 @@ from explorer.config import param
 from explorer.engine.generation import Generation
 from explorer.engine.language import get_language
 from explorer.engine.signals import Word, merge_words
-from explorer.methods import common, prompts
+from explorer.methods import common
 from explorer.methods import reference_rules as rules
 from explorer.methods.base import Method, register
-from explorer.methods.dragin.qfs import QUERY_SEGMENTS, QfsResult
+from explorer.methods.dragin.qfs import QUERY_SEGMENTS, QfsResult, word_items
 from explorer.methods.etc.trend import Trend, sentence_scores, trend, word_entropies
 from explorer.trace import TraceRecorder
 
@@ -91,31 +91,21 @@ class Etc(Method, name="etc", config=EtcConfig,
     needs = ("attention_weights",)  # the indicator and the query read the last attention layer
 
     def run(self, question: str, rec: TraceRecorder) -> None:
-        cfg, engine = self.config, self.engine
-        shots = common.shots(cfg, question)
-        text, hits, retrieval = "", [], None
-        for budget in common.budgeted_rounds(rec, engine, cfg, lambda: text):  # noqa: B023 (read each round)
-            segments = prompts.build_prompt(question, shots=shots, hits=hits, answer_so_far=text)
-            gen = common.generate(engine, rec, segments, max_new_tokens=budget, purpose="draft")
-            common.continuation(rec, gen, retrieval)
-            if not gen.ids:
-                break
-            scores = self.score(rec, gen)
-            start = 1 if retrieval is not None else 0  # a continuation keeps at least its first word
-            fired = self._check(rec, gen, scores, start)
-            if fired is None:
-                text = prompts.join_text(text, gen.text)
-                if prompts.has_answer(text) or gen.stopped_by != "max_tokens":
-                    break
-                retrieval = None
-                continue
-            word = scores.words[fired]
-            kept = common.cut(rec, gen, word.start, reason="cut before the word where the entropy trend rose past θ")
-            text = prompts.join_text(text, kept) if kept.strip() else text
-            result = self.query(gen, scores, fired)
-            hits, retrieval = common.search(rec, self.retriever, result.query, cfg.top_k, source="etc-query",
-                                            trigger_token=word.text, **result.details())
-        common.finish(engine, rec, cfg, question, text, hits)
+        text, hits = common.draft_and_retrieve(self.config, self.engine, self.retriever, rec, question, self._trigger,
+                                               stop_when_empty=True)
+        common.finish(self.engine, rec, self.config, question, text, hits)
+
+    def _trigger(self, rec: TraceRecorder, gen: Generation, start: int) -> common.Trigger | None:
+        """ETC's check of one draft (``start``: a continuation keeps at least its first word); a firing word is
+        cut before and the authors' query searched."""
+        scores = self.score(rec, gen)
+        fired = self._check(rec, gen, scores, start)
+        if fired is None:
+            return None
+        word = scores.words[fired]
+        return common.Trigger(word.start, "cut before the word where the entropy trend rose past θ",
+                              source="etc-query", trigger_token=word.text,
+                              query=lambda: self.query(gen, scores, fired))
 
     def score(self, rec: TraceRecorder, gen: Generation) -> SpanScores:
         """The span's words, trend, attention and indicator, from one attention pass over prompt and span."""
@@ -167,11 +157,13 @@ class Etc(Method, name="etc", config=EtcConfig,
         items: list[dict[str, Any]] = []
         for label, lo, hi in gen.segments:
             if label in QUERY_SEGMENTS:
-                items += _items(engine.token_texts(gen.prompt_ids[lo:hi]), weight[lo:hi].tolist(), label, lo)
+                items += word_items(engine.token_texts(gen.prompt_ids[lo:hi]), weight[lo:hi].tolist(), label, lo,
+                                    word_weight=_summed)
         p = len(gen.prompt_ids)
         cut = s.words[fired].start
         if cut > 0:
-            items += _items(gen.token_texts[:cut], weight[p:p + cut].tolist(), "generated", p)
+            items += word_items(gen.token_texts[:cut], weight[p:p + cut].tolist(), "generated", p,
+                                word_weight=_summed)
         for item in items:
             item["eligible"] = rules.matches_real_word(item["text"], real)
         ranked = sorted((n for n, item in enumerate(items) if item["eligible"]), key=lambda n: -items[n]["weight"])
@@ -181,13 +173,6 @@ class Etc(Method, name="etc", config=EtcConfig,
         return QfsResult(query=" ".join(i["text"] for i in items if i["chosen"]), candidates=items)
 
 
-def _items(texts: list[str], weights: list[float], segment: str, offset: int) -> list[dict[str, Any]]:
-    """Words of a segment with their attention: the SUM over their tokens (the authors sum key columns)."""
-    items = []
-    for w in merge_words(texts):
-        if not w.text:
-            continue
-        token_weights = [round(x, 6) for x in weights[w.start:w.end]]
-        items.append({"text": w.text, "weight": round(sum(weights[w.start:w.end]), 6), "token_weights": token_weights,
-                      "segment": segment, "tokens": [offset + w.start, offset + w.end]})
-    return items
+def _summed(weights: list[float]) -> float:
+    """A word's weight in the authors' query: the SUM over its tokens (they sum key columns)."""
+    return round(sum(weights), 6)

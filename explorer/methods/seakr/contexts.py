@@ -30,7 +30,7 @@ def measure_context(engine: Any, cfg: Any, rec: TraceRecorder, segments: prompts
                     gram_min_samples: int = 2, layer: int | None = None) -> Measurement:
     """U(c) of one context with ``cfg``'s sampler, layer and estimators (seeded by the context's text).
 
-    ``cfg`` is a :class:`~explorer.methods.seakr.method.SeakrConfig`; ``end_state`` and
+    ``cfg`` is a :class:`~explorer.methods.seakr.config.SeakrConfig`; ``end_state`` and
     ``gram_min_samples`` pick the authors' end-state and single-sample rules (reference variant), and
     ``layer`` replaces the configured layer (the reference's default).
     """

@@ -13,19 +13,17 @@ The rules are in :mod:`explorer.methods.seakr.reference`; this module only drive
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from explorer.engine.attention import decoder_layers
 from explorer.engine.language import get_language
 from explorer.engine.uncertainty import Measurement
 from explorer.methods import common, prompts
 from explorer.methods.seakr import reference as rules
+from explorer.methods.seakr.config import SeakrConfig
 from explorer.methods.seakr.contexts import measure_context
-from explorer.retrieval.base import Hit
+from explorer.retrieval.base import Hit, Retriever
 from explorer.trace import TraceRecorder
-
-if TYPE_CHECKING:
-    from explorer.methods.seakr.method import Seakr
 
 
 def reference_layer(model: Any) -> int:
@@ -43,7 +41,9 @@ class _Step:
 class AuthorsLoop:
     """One question's run: the steps so far, the kept passages and the queries searched."""
 
-    method: Seakr
+    cfg: SeakrConfig
+    engine: Any
+    retriever: Retriever
     rec: TraceRecorder
     question: str
     shots: str
@@ -52,7 +52,7 @@ class AuthorsLoop:
     searched: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
-        self.cfg, self.engine, self.lang = self.method.config, self.method.engine, get_language()
+        self.lang = get_language()
         self.layer = self.cfg.layer if self.cfg.layer is not None else reference_layer(self.engine.model)
 
     # -- calls ------------------------------------------------------------------------------------
@@ -123,7 +123,7 @@ class AuthorsLoop:
             rec.add("note", message=f"the query {built.query!r} was searched before; the reasoning ends here")
             return None
         self.searched.add(built.query)
-        hits, retrieval = common.search(rec, self.method.retriever,
+        hits, retrieval = common.search(rec, self.retriever,
                                         common.truncate_query(self.engine, built.query, rules.MAX_QUERY_TOKENS),
                                         cfg.candidates, source="pseudo-rationale", pseudo=greedy.text,
                                         words=built.words, built=built.raw, filtered=built.query,
@@ -202,6 +202,6 @@ class AuthorsLoop:
                 strategy=chosen["strategy"])
 
 
-def run(method: Seakr, question: str, rec: TraceRecorder) -> None:
-    """The reference variant's whole run for ``question``."""
-    AuthorsLoop(method, rec, rules.clean_question(question), common.shots(method.config, question)).solve()
+def run(cfg: SeakrConfig, engine: Any, retriever: Retriever, question: str, rec: TraceRecorder) -> None:
+    """The reference variant's whole run for ``question`` on the method's engine and retriever."""
+    AuthorsLoop(cfg, engine, retriever, rec, rules.clean_question(question), common.shots(cfg, question)).solve()

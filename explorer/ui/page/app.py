@@ -126,10 +126,11 @@ def _retargeter(corpus: str):
 
 def _reopener(corpus: str, attn: str):
     """A recorded run's model opened beside the app's when it is an embedded model already fetched (so a
-    case study recorded on Gemma-3-270M forks on a SmolLM2 app); the same runtime for every other model."""
-    def reopen(runtime: Any, recorded: dict[str, Any]) -> Any:
+    case study recorded on Gemma-3-270M forks on a SmolLM2 app); the same runtime for every other model.
+    Opening it takes a while the first time: ``progress`` hears its name, then the loader's steps."""
+    def reopen(runtime: Any, recorded: dict[str, Any], progress: Any = None) -> Any:
         from explorer.engine.embedded import embedded_spec, is_fetched
-        from explorer.runtime import open_engine, runtime_for
+        from explorer.runtime import engine_loaded, open_engine, runtime_for
 
         have = runtime.engine.fingerprint()
         source = str(recorded.get("source") or "")
@@ -138,8 +139,10 @@ def _reopener(corpus: str, attn: str):
         model = embedded_spec(source)
         if model is None or not is_fetched(model):
             return runtime  # the fork's check refuses it and names the model to load
-        engine = open_engine(source, dtype=str(recorded.get("dtype") or "float32"),
-                             device=str(have.get("device") or "cpu"), attn=attn)
+        dtype, device = str(recorded.get("dtype") or "float32"), str(have.get("device") or "cpu")
+        if progress is not None and not engine_loaded(source, dtype=dtype, device=device, attn=attn):
+            progress(str(recorded.get("name") or model.name))
+        engine = open_engine(source, dtype=dtype, device=device, attn=attn, progress=progress)
         current = runtime.corpus.get("retriever_config") or {"kind": runtime.corpus.get("retriever", "bm25")}
         return runtime_for(engine, corpus, retriever=current.get("kind") or "bm25",
                            embedder=current.get("embedder") or None)
@@ -222,10 +225,10 @@ def build_app(settings: AppSettings) -> gr.Blocks:
     opening = questions.find(questions.CASES, f"demo:{shelf.first.question_id}") if shelf.first else None
     gate = RunGate(settings.concurrent_runs or None)
     holder = _runtime_holder(settings, start_choice, opening.question if opening is not None else None, gate)
-    controller = RunController(store, holder, retarget=_retargeter(settings.corpus), gate=gate,
-                               reopen=_reopener(settings.corpus, settings.attn))
-    cache = TraceCache(store)
     model_name = controls.model_name(settings.model)
+    controller = RunController(store, holder, retarget=_retargeter(settings.corpus), gate=gate,
+                               reopen=_reopener(settings.corpus, settings.attn), model=model_name)
+    cache = TraceCache(store)
     head = head_html()
 
     # Files handed to the browser (exports) are copied into Gradio's cache: deleted after an hour.

@@ -147,8 +147,8 @@ def wire(controls: ForkControls, view: Any, cache: TraceCache, forker: Forker | 
             parent = cache.get(plan.parent)
             for update in forker.controller.stream_fork(parent, plan, session=request.session_hash or "anonymous",
                                                         signal=signal):
-                if not update.done:
-                    yield update.html, gr.skip(), gr.skip(), gr.skip(), update.status
+                if not update.done:  # "" while the fork's model loads: the view stays, the status counts on
+                    yield update.html or gr.skip(), gr.skip(), gr.skip(), gr.skip(), update.status
                     continue
                 child = update.run_ids[-1] if update.run_ids else None
                 shown = shown_runs.Shown([parent.run_id, child], fork=True) if child else \

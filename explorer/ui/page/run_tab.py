@@ -19,7 +19,7 @@ from explorer.errors import ExplorerError, public_message
 from explorer.eval.question_files import question_file_types
 from explorer.eval.question_formats import QUESTION_FORMATS
 from explorer.retrieval.choice import KINDS, RetrieverConfig, retriever_config
-from explorer.ui.page import controls, forkblock, form, gallery_block, links, viewblock
+from explorer.ui.page import controls, forkblock, form, gallery_block, links, viewblock, wait_note
 from explorer.ui.runs import embedders, gallery, questions
 from explorer.ui.runs.controller import RunController, given_name, status_html
 from explorer.ui.runs.history import Exports, TraceCache
@@ -221,6 +221,8 @@ class RunTab:
     on_load: Any = None
     #: The embedders the page offers, by the name it shows (:mod:`explorer.ui.runs.embedders`).
     embedders: dict[str, str] = field(default_factory=lambda: embedders.page_embedders(None))
+    #: The line beside the status: how long a live run of the ticked methods takes here (:mod:`.wait_note`).
+    wait: Any = None
 
 
 def run_handler(tab: RunTab, controller: RunController, cache: TraceCache) -> Callable[..., Iterator[tuple]]:
@@ -272,9 +274,9 @@ def run_handler(tab: RunTab, controller: RunController, cache: TraceCache) -> Ca
 
 
 def wire_recorded(tab: RunTab, shelf: gallery.Gallery, cache: TraceCache, on_run: Callable[..., Iterator[tuple]],
-                  run_inputs: set, outputs: list) -> None:
+                  run_inputs: set, outputs: list) -> Any:
     """Links open runs, comparisons and recorded cases with no model call; "Run it live" sets the controls
-    to the recorded run and runs it."""
+    to the recorded run and runs it (returned: that run's event, for what follows it)."""
     qc, ms, view, block = tab.questions, tab.settings, tab.view, tab.shelf_block
     method_params = {m: [(name, c) for (mm, name), c in ms.params.items() if mm == m] for m in tab.methods}
     fill_outputs = [qc.source, qc.picked, qc.question, qc.gold, tab.run.chosen, *ms.variants.values(),
@@ -337,7 +339,7 @@ def wire_recorded(tab: RunTab, shelf: gallery.Gallery, cache: TraceCache, on_run
     def on_run_live(data: dict, request: gr.Request) -> Iterator[tuple]:
         yield from on_run(data, request, recorded=shelf.item(data[block.key]))
 
-    block.live.click(fill_from, [block.key, qc.source], fill_outputs, queue=False, **QUIET).then(
+    return block.live.click(fill_from, [block.key, qc.source], fill_outputs, queue=False, **QUIET).then(
         lambda: gr.update(visible=False), None, block.row, queue=False, **QUIET).then(
         on_run_live, {*run_inputs, block.key}, outputs, concurrency_limit=EVENT_LIMIT, concurrency_id=MODEL_QUEUE,
         **QUIET)
@@ -360,9 +362,17 @@ def wire(tab: RunTab, controller: RunController, cache: TraceCache, shelf: galle
     # The recorded-run line goes first: the browser starts a button's handlers in order, and the run streams.
     rc.run_btn.click(lambda: gr.update(visible=False), None, tab.shelf_block.row, queue=False,
                      js="() => { window.DRE && window.DRE.follow && window.DRE.follow('run'); }", **QUIET)
-    rc.run_btn.click(on_run, run_inputs, outputs, concurrency_limit=EVENT_LIMIT, concurrency_id=MODEL_QUEUE, **QUIET)
-    wire_recorded(tab, shelf, cache, on_run, run_inputs, outputs)
+    ran = rc.run_btn.click(on_run, run_inputs, outputs, concurrency_limit=EVENT_LIMIT, concurrency_id=MODEL_QUEUE,
+                           **QUIET)
+    ran_live = wire_recorded(tab, shelf, cache, on_run, run_inputs, outputs)
     rc.cancel_btn.click(on_cancel, None, rc.status, queue=False, **PRIVATE)
+    if tab.wait is not None:  # the wait told before a run follows the ticks, and each run that ends
+        def told(picked: list[str] | None) -> str:
+            return wait_note.wait_html(controller, shelf, list(picked or []))
+
+        rc.chosen.change(told, rc.chosen, tab.wait, queue=False, **QUIET)
+        for event in (ran, ran_live):
+            event.then(told, rc.chosen, tab.wait, queue=False, **QUIET)
 
 
 def captions_of(shelf: gallery.Gallery, shown: list[Any]) -> str:
@@ -424,7 +434,10 @@ def build(settings: Any, controller: RunController, cache: TraceCache, shelf: ga
                     js_on_load=None)
             ms = build_method_settings(methods, model)
         shelf_block = gallery_block.build(shelf, cache)
-        status = gr.HTML(status_html("Ready."), elem_id="run-status", js_on_load=None)
+        with gr.Row(elem_id="run-lines", equal_height=False):
+            status = gr.HTML(status_html("Ready."), elem_id="run-status", js_on_load=None, scale=2)
+            wait = gr.HTML(lambda: wait_note.wait_html(controller, shelf, ["dragin"]), elem_id="wait-note",
+                           js_on_load=None, scale=3)
         view = viewblock.build("run", cache, head, '<p class="dre-empty">Pick a question and methods, then '
                                "press Run. Tokens appear as the model writes them.</p>",
                                shown=links.shown_for(first, shelf) if first else None,
@@ -438,6 +451,6 @@ def build(settings: Any, controller: RunController, cache: TraceCache, shelf: ga
     qc = QuestionControls(source, loaded, data_note, picked, question_file, question_format, question, gold)
     rc = RunControls(retriever, embedder, chosen, run_btn, cancel_btn, status)
     tab = RunTab(qc, rc, ms, shelf_block, view, methods, model, link=link,
-                 embedders=embedders.page_embedders(settings.embedder))
+                 embedders=embedders.page_embedders(settings.embedder), wait=wait)
     wire(tab, controller, cache, shelf)
     return tab

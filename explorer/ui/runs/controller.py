@@ -32,6 +32,7 @@ from explorer.runtime import Runtime
 from explorer.store import RunStore
 from explorer.trace import Event, Trace
 from explorer.ui.page.controls import Refusal, RunSpec
+from explorer.ui.runs.waits import RunRates, WaitEstimate
 from explorer.ui.serving.admission import RunGate, Ticket
 from explorer.ui.views.html import esc
 from explorer.ui.views.render import render_runs
@@ -158,6 +159,7 @@ class RuntimeHolder:
 class Update:
     """What one step of a streamed run shows."""
 
+    #: The view ("": unchanged since the last update).
     html: str
     status: str
     run_ids: list[str] = field(default_factory=list)
@@ -190,6 +192,28 @@ class _Shown:
     failed: list[tuple[str, str]] = field(default_factory=list)
 
 
+@dataclass
+class _Loading:
+    """A fork's model being loaded before the fork can start: which model, the loader's last step, since when."""
+
+    model: str
+    step: str = ""
+    since: float = field(default_factory=time.monotonic)
+
+    def then(self, step: str) -> _Loading:
+        return _Loading(self.model, step, self.since)
+
+    def update(self, shown: _Shown, signal: str, *, first: bool) -> Update:
+        """A line that says the model is loading, for how long so far; the view (the parent as it is) only in
+        the ``first`` (``html`` "" after it: the view stays as it is while the seconds count up)."""
+        step = f": {hide_paths(self.step)}" if self.step else ""
+        text = (f"Loading {self.model}, the model this run was made with, for the fork … "
+                f"{time.monotonic() - self.since:.0f} s{step}. The fork starts when it is loaded (later forks on it "
+                "start at once).")
+        html = render_runs(shown.runs, signal=signal, fork_marks=shown.marks, pending=True) if first else ""
+        return Update(html, status_html(text))
+
+
 def status_html(text: str, *, error: bool = False) -> str:
     cls = "dre-error" if error else "dre-note"
     return f'<div class="dre-root dre-status"><div class="{cls}">{esc(text)}</div></div>'
@@ -201,9 +225,15 @@ class RunController:
     def __init__(self, store: RunStore, runtime: RuntimeHolder,
                  retarget: Callable[[Runtime, str, str | None], Runtime] | None = None,
                  gate: RunGate | None = None,
-                 reopen: Callable[[Runtime, dict[str, Any]], Runtime] | None = None) -> None:
+                 reopen: Callable[[Runtime, dict[str, Any], Callable[[str], None]], Runtime] | None = None,
+                 model: str = "") -> None:
         self.store = store
         self.runtime = runtime
+        #: The app's model by the name its runs will carry, until the loaded model says it itself.
+        self.model = model
+        #: Measured run lengths per method and model: the wait told before a run and in line.
+        self.rates = RunRates()
+        self._rates_loaded = False
         #: Who uses the model when: runs at once, the line behind them, the cap per client.
         self.gate = gate or RunGate()
         # (loaded runtime, retriever kind, embedder) -> the same engine over another retriever of the corpus
@@ -212,6 +242,35 @@ class RunController:
         self.reopen = reopen
         self._cancels: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
+
+    # -- waits ------------------------------------------------------------------------------------------
+    def model_name(self) -> str:
+        """The name the app's runs carry (the loaded model's own once it is loaded)."""
+        if self.runtime.ready:
+            name = str(self.runtime.get().engine.fingerprint().get("name", ""))
+            if name:
+                self.model = name
+        return self.model
+
+    def wait_estimate(self, methods: list[str], model: str | None = None) -> WaitEstimate:
+        """How long ``methods`` will likely take here, one after another (on ``model``, else the app's):
+        measured from stored complete runs and runs finished since the app started."""
+        if not self._rates_loaded:
+            self._rates_loaded = True
+            self.rates.load_store(self.store)
+        # the methods of one press run at once when the loaded engine batches concurrent runs (see _work)
+        together = self.runtime.ready and getattr(self.runtime.get().engine, "batcher", None) is not None
+        return self.rates.estimate_all(methods, model or self.model_name(), together=together)
+
+    def admit(self, client: str, methods: list[str], model: str | None = None) -> Ticket:
+        """A place in line for ``client``'s run of ``methods``, carrying how long it will likely hold the model."""
+        estimate = self.wait_estimate(methods, model)
+        return self.gate.enter(client, expected=estimate.seconds, guessed=not estimate.measured)
+
+    def _learn(self, trace: Trace) -> None:
+        """A run that ended teaches the rates (a complete, whole run only)."""
+        self.wait_estimate([])  # the stored runs first, so they stay older than this one
+        self.rates.learn(trace)
 
     def cancel(self, session: str) -> bool:
         with self._lock:
@@ -238,8 +297,10 @@ class RunController:
         ``prepare`` sees the trace once it is stored as running (``/run`` binds its key there).
         """
         question = self.check_question(question)
-        return run_question(spec.method, question, self.runtime.get(), variant=spec.variant, config=spec.config,
-                            gold=gold, journal=RunJournal(self.store), prepare=prepare)
+        trace = run_question(spec.method, question, self.runtime.get(), variant=spec.variant, config=spec.config,
+                             gold=gold, journal=RunJournal(self.store), prepare=prepare)
+        self._learn(trace)
+        return trace
 
     def stream(self, question: str, specs: list[RunSpec], *, gold: dict[str, Any] | None, session: str,
                signal: str = "prob", retriever: str | None = None, embedder: str | None = None,
@@ -254,7 +315,7 @@ class RunController:
         if not specs:
             raise ExplorerError("; ".join(f"{r.method}: {r.message}" for r in refused or []) or "nothing to run",
                                 where="method settings", fix="correct the values named, then press Run again")
-        ticket = self.gate.enter(f"session:{session}")
+        ticket = self.admit(f"session:{session}", [spec.method for spec in specs])
         cancel = self._claim(session)
         inbox: queue.Queue[tuple[str, int, Any]] = queue.Queue()
         worker = threading.Thread(target=self._work, args=(question, specs, gold or {}, cancel, inbox,
@@ -313,15 +374,16 @@ class RunController:
             ticket.wait(REFRESH * 5)
 
     # -- forks ----------------------------------------------------------------------------------------
-    def fork_runtime(self, parent: Trace) -> Runtime:
+    def fork_runtime(self, parent: Trace, progress: Callable[[str], None] | None = None) -> Runtime:
         """The loaded runtime, joined to the retriever the parent searched with when it is another of the corpus.
 
         A run recorded on another model the app can open itself (the other embedded model: the case
         studies are recorded on whichever tells the story better) is forked on that model, opened
-        once and kept beside the app's; any other model is left to the fork's own check, which names it."""
+        once and kept beside the app's; any other model is left to the fork's own check, which names it.
+        ``progress`` hears of that model's loading, when it has to load (its first message says it begins)."""
         runtime = self.runtime.get()
         if self.reopen is not None:
-            runtime = self.reopen(runtime, dict(parent.model or {}))
+            runtime = self.reopen(runtime, dict(parent.model or {}), progress or (lambda _message: None))
         recorded = (parent.corpus or {}).get("retriever_config") if isinstance(parent.corpus, dict) else None
         if isinstance(recorded, dict) and recorded.get("kind") and self.retarget is not None:
             runtime = self.retarget(runtime, str(recorded["kind"]), recorded.get("embedder") or None)
@@ -340,7 +402,7 @@ class RunController:
         from explorer.forks import fork_run
 
         self._fork_check(parent, plan)
-        ticket = self.gate.enter(client)
+        ticket = self.admit(client, [parent.method], str((parent.model or {}).get("name", "")))
         try:
             ticket.wait()
             return fork_run(parent, plan, self.fork_runtime(parent), journal=RunJournal(self.store))
@@ -350,7 +412,7 @@ class RunController:
     def stream_fork(self, parent: Trace, plan: ForkPlan, *, session: str, signal: str = "prob") -> Iterator[Update]:
         """Fork ``parent`` as ``plan`` says, streaming the fork beside its parent (divergence marked in both)."""
         self._fork_check(parent, plan)
-        ticket = self.gate.enter(f"session:{session}")
+        ticket = self.admit(f"session:{session}", [parent.method], str((parent.model or {}).get("name", "")))
         cancel = self._claim(session)
         inbox: queue.Queue[tuple[str, int, Any]] = queue.Queue()
         spec = RunSpec(parent.method, parent.variant, dict(parent.config))
@@ -368,7 +430,7 @@ class RunController:
             inbox.put((kind, 0, data))
 
         with _reported(inbox, "a fork", ticket):
-            runtime = self.fork_runtime(parent)
+            runtime = self.fork_runtime(parent, lambda message: inbox.put(("loading", 0, message)))
             inbox.put(("start", 0, None))
             trace = fork_run(parent, plan, runtime, listeners=[listener], cancel=cancel, journal=RunJournal(self.store))
             inbox.put(("done", 0, trace.run_id))
@@ -413,6 +475,7 @@ class RunController:
         with _reported(inbox, f"{spec.method}/{spec.variant}", kind="failed", index=index, end=False):
             trace = run_question(spec.method, question, runtime, variant=spec.variant, config=spec.config,
                                  gold=gold, listeners=[listener], cancel=cancel, journal=RunJournal(self.store))
+            self._learn(trace)  # here, not where it is shown: a page that went away still teaches it
             inbox.put(("done", index, trace.run_id))
 
     # -- the streaming side ---------------------------------------------------------------------------
@@ -424,6 +487,9 @@ class RunController:
         shown = _Shown(list(beside or []), dict(marks or {}), [(r.method, r.message) for r in refused or []])
         done: dict[int, Trace] = {}
         lives: dict[int, _Live] = {}
+        rendered: dict[str, str] = {}  # the stored runs' columns, drawn once for this stream
+        loading: _Loading | None = None
+        first = False
         error: str | None = None
         last = 0.0
         dirty = False
@@ -435,7 +501,11 @@ class RunController:
             urgent = False
             live = lives.get(index)
             if kind == "start":
-                lives[index] = _Live(specs[index])
+                lives[index], loading = _Live(specs[index]), None
+                urgent = True
+            elif kind == "loading":  # the first message names the model, the loader's own follow
+                first = loading is None
+                loading = _Loading(str(data)) if loading is None else loading.then(str(data))
                 urgent = True
             elif kind == "token" and live is not None:
                 urgent = not live.streamed  # a run's first token is shown at once, not at the next refresh
@@ -466,13 +536,17 @@ class RunController:
             elif kind == "end":
                 break
             now = time.monotonic()
-            if (urgent or dirty) and (urgent or now - last >= REFRESH):
+            if loading is not None and (urgent or now - last >= 1.0):  # its seconds count up while it loads
+                last = now
+                yield loading.update(shown, signal, first=first)
+                first = False
+            elif (urgent or dirty) and (urgent or now - last >= REFRESH):
                 last, dirty = now, False
-                yield self._live_update(question, _in_order(done), lives, specs, signal, shown)
+                yield self._live_update(question, _in_order(done), lives, specs, signal, shown, rendered)
         yield self._final_update(_in_order(done), specs, cancel, error, signal, shown)
 
     def _live_update(self, question: str, finished: list[Trace], lives: dict[int, _Live], specs: list[RunSpec],
-                     signal: str, shown: _Shown | None = None) -> Update:
+                     signal: str, shown: _Shown | None = None, rendered: dict[str, str] | None = None) -> Update:
         """The finished runs in the order they were ticked, and the first running one streaming below them."""
         live = lives[min(lives)] if lives else None
         trace = None
@@ -491,7 +565,7 @@ class RunController:
         html = render_runs([*shown.runs, *finished], signal=signal, live=trace,
                            live_tokens=list(live.tokens) if live else None, live_purpose=live.purpose if live else "",
                            fork_marks=shown.marks, refused=shown.refused + shown.failed,
-                           pending=len(finished) + len(shown.failed) < len(specs))
+                           pending=len(finished) + len(shown.failed) < len(specs), rendered=rendered)
         return Update(html, status_html(status), [t.run_id for t in finished])
 
     def _final_update(self, finished: list[Trace], specs: list[RunSpec], cancel: threading.Event, error: str | None,

@@ -86,9 +86,12 @@ def summary(trace: Trace) -> dict[str, Any]:
 def progress(job: ApiJob) -> dict[str, Any]:
     """A run not yet stored as ``/run`` reports it while the caller waits."""
     position = job.ticket.position if job.ticket is not None else 0
-    estimate = job.ticket.estimate if job.ticket is not None and position else None
+    forecast = job.ticket.gate.forecast(job.ticket) if job.ticket is not None and position else None
+    estimate = forecast[0] if forecast is not None else None
     if position:
-        message = f"number {position} in line" + (f", about {wait_text(estimate)}" if estimate is not None else "")
+        message = f"number {position} in line"
+        if forecast is not None:
+            message += f", about {wait_text(forecast[0])}" + (" by a first estimate" if forecast[1] else "")
     else:
         message = "running"
     return {"run_id": job.run_id, "status": "queued" if position else "running", "answer": "", "output": "",
@@ -116,7 +119,7 @@ class ApiRuns:
                 if found is not None:
                     return found
             job = ApiJob(question, spec, key, request)
-            job.ticket = self.controller.gate.enter(client)  # refused here when the client or line is full
+            job.ticket = self.controller.admit(client, [spec.method])  # refused when the client or line is full
             if key:
                 self._inflight[key] = job
         threading.Thread(target=self._work, args=(job, store), name="api-run", daemon=True).start()

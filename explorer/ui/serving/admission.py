@@ -2,9 +2,12 @@
 
 The model decodes concurrent runs as one batch (:mod:`explorer.engine.batching`), so the app lets
 ``capacity`` runs go at once and keeps every further caller in a first-come line instead of
-refusing or timing it out. A waiting caller is told its place and an estimate (the mean length of
-recent runs times the waves of ``capacity`` runs ahead of it), and is let in the moment a run
-ends. One client (a browser tab or script session, never the login: a class shares one login)
+refusing or timing it out. A waiting caller is told its place and an estimate, and is let in the
+moment a run ends. The estimate plays the line forward: each run holds its place for the length
+its caller expected (the methods' run lengths measured on this server, :mod:`explorer.ui.runs.waits`,
+less what a running one has already taken), each place that frees goes to the next in line; a
+caller that said nothing counts as the mean length of recent runs. It says when a part of it is
+only a first estimate. One client (a browser tab or script session, never the login: a class shares one login)
 may hold at most ``per_client`` places, running or waiting, so one script cannot fill the line;
 the line itself holds at most ``max_waiting`` callers, however many sessions there are, which
 bounds the whole server. Both refusals say what to do.
@@ -12,7 +15,7 @@ bounds the whole server. Both refusals say what to do.
 
 from __future__ import annotations
 
-import math
+import heapq
 import os
 import threading
 import time
@@ -75,9 +78,12 @@ def default_max_waiting() -> int:
 class Ticket:
     """One caller's place: waiting (``position`` >= 1) until admitted (``position`` 0), then released."""
 
-    def __init__(self, gate: RunGate, client: str) -> None:
+    def __init__(self, gate: RunGate, client: str, expected: float | None = None, guessed: bool = False) -> None:
         self.gate = gate
         self.client = client
+        #: Seconds this caller's runs will likely hold the model (None: unknown), and whether that is a first guess.
+        self.expected = expected
+        self.guessed = guessed
         self.admitted = threading.Event()
         self.released = False
         self.since = time.monotonic()
@@ -90,8 +96,9 @@ class Ticket:
 
     @property
     def estimate(self) -> float | None:
-        """Seconds until this caller is likely let in (None while no run has finished to judge by)."""
-        return self.gate.estimate(self.position)
+        """Seconds until this caller is likely let in (None while there is nothing to judge by)."""
+        forecast = self.gate.forecast(self)
+        return forecast[0] if forecast is not None else None
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait up to ``timeout`` seconds to be let in; True once admitted."""
@@ -106,8 +113,11 @@ class Ticket:
         position = self.position
         if position == 0:
             return "cancelled while waiting for the model" if self.released and self.started is None else "running"
-        estimate = self.estimate
-        wait = f", about {wait_text(estimate)}" if estimate is not None else ""
+        forecast = self.gate.forecast(self)
+        wait = ""
+        if forecast is not None:
+            wait = f", about {wait_text(forecast[0])}" + (" by a first estimate" if forecast[1]
+                                                         else " at the run lengths measured here")
         ahead = self.gate.capacity
         return (f"waiting for the model: number {position} in line{wait} ({ahead} run"
                 f"{'s' if ahead != 1 else ''} at a time; this page updates when it starts)")
@@ -132,8 +142,10 @@ class RunGate:
         self._waiting: deque[Ticket] = deque()
         self._lengths: deque[float] = deque(maxlen=HISTORY)
 
-    def enter(self, client: str) -> Ticket:
-        """A place for ``client``: admitted at once when there is room, else at the end of the line."""
+    def enter(self, client: str, *, expected: float | None = None, guessed: bool = False) -> Ticket:
+        """A place for ``client``: admitted at once when there is room, else at the end of the line.
+
+        ``expected``: seconds its runs will likely take (``guessed``: a first estimate, not measured)."""
         with self._lock:
             held = sum(1 for t in (*self._running, *self._waiting) if t.client == client)
             if held >= self.per_client:
@@ -145,7 +157,7 @@ class RunGate:
                 raise ExplorerError(f"{len(self._waiting)} runs are already waiting for the model, the most this "
                                     "server lets wait", where="run",
                                     fix="try again in a few minutes; the limit is EXPLORER_MAX_WAITING on the server")
-            ticket = Ticket(self, client)
+            ticket = Ticket(self, client, expected, guessed)
             self._waiting.append(ticket)
             self._promote()
         return ticket
@@ -157,15 +169,30 @@ class RunGate:
             except ValueError:
                 return 0
 
-    def estimate(self, position: int) -> float | None:
-        """How long the caller at ``position`` is likely to wait (None without finished runs to judge by)."""
-        if position <= 0:
-            return 0.0
+    def forecast(self, ticket: Ticket) -> tuple[float, bool] | None:
+        """Seconds until ``ticket`` is likely let in, and whether a first estimate went into it; (0, False)
+        once admitted; None while a run it waits behind has no length to judge by."""
         with self._lock:
-            if not self._lengths:
-                return None
-            mean = sum(self._lengths) / len(self._lengths)
-        return math.ceil(position / self.capacity) * mean
+            if ticket not in self._waiting:
+                return 0.0, False
+            ahead = list(self._waiting)[:self._waiting.index(ticket)]
+            recent = sum(self._lengths) / len(self._lengths) if self._lengths else None
+            now = time.monotonic()
+            guessed = False
+            frees: list[float] = []  # when each place frees, soonest first
+            for other in (*self._running, *ahead):
+                length = other.expected if other.expected is not None else recent
+                if length is None:
+                    return None
+                guessed = guessed or (other.guessed and other.expected is not None)
+                if other in self._running:  # what is left of it (at least a second: it is still running)
+                    frees.append(max(length - (now - (other.started or now)), 1.0))
+                    continue
+                if other is ahead[0]:  # places no run holds are free now
+                    frees.extend([0.0] * (self.capacity - len(frees)))
+                    heapq.heapify(frees)
+                heapq.heappush(frees, heapq.heappop(frees) + length)  # it takes the first place that frees
+        return (min(frees) if len(frees) >= self.capacity else 0.0), guessed
 
     def release(self, ticket: Ticket) -> None:
         with self._lock:

@@ -245,29 +245,61 @@ def _numbers(text: str) -> list[str]:
 
 # -- the stories -------------------------------------------------------------------------------
 
-def _dragin(trace: Trace, _beside: Trace | None) -> Told:
+def _opened_with_first_draft(trace: Trace) -> Told:
+    """A story that opens with the run's first draft (the span a method checks while it writes)."""
     told = Told()
     drafts = [e for e in trace.of_kind("generation") if e.payload.get("purpose") == "draft"]
     if drafts:
         told.facts.append(f"Its first draft: {quote(drafts[0].payload.get('text'), 160)}")
+    return told
+
+
+@dataclass(frozen=True)
+class _TriggerWords:
+    """How a story words a draft's trigger: the signal, the unit it fires on (token or word), the sentence when
+    it never fired, how the query's sentence starts, what fired (for the look), and the value after the unit."""
+
+    signal: str
+    unit: str
+    never: str
+    searched: str
+    fired: str
+    value: Callable[[dict[str, Any]], str]
+
+
+_DRAGIN_WORDS = _TriggerWords("RIND", "token", "RIND never went over θ, so DRAGIN never searched.",
+                              "QFS searched with", "RIND fired", lambda p: f" (RIND = {fmt(p.get('value'))}).")
+_ETC_WORDS = _TriggerWords("The entropy trend", "word", "The entropy trend never went over θ, so ETC never searched.",
+                           "It searched with the words the flagged word attends to:", "the trend fired",
+                           lambda p: f": its attention x smoothed second difference of the entropy was "
+                                     f"{fmt(p.get('value'))} (entropy {fmt(p.get('entropy'))}).")
+
+
+def _tell_trigger(told: Told, trace: Trace, trig: Event | None, kept: str | None, words: _TriggerWords) -> None:
+    """A draft's first trigger (or that there was none), where the draft was cut (``kept``: the text kept), the
+    query searched, and the look at the token or word that fired."""
+    if trig is None:
+        told.facts.append(words.never)
+        return
+    p = trig.payload
+    told.facts.append(f"{words.signal} first went over θ = {fmt(p.get('threshold'))} at the {words.unit} "
+                      f"{quote(token_text(p.get('token')), 30)}{words.value(p)}")
+    if kept is not None:
+        told.facts.append(f"The draft was cut before that {words.unit}, keeping {quote(kept, 160)}.")
+    query = next((e for e in trace.of_kind("query") if e.id > trig.id), None)
+    if query is not None:
+        told.facts.append(f"{words.searched} {quote(query.payload.get('text'), 160)}.")
+    told.look = token_look(trace, int(p["span"]), int(p["token_index"]),
+                           f"the {words.unit} {quote(token_text(p.get('token')), 30)} where {words.fired}")
+
+
+def _dragin(trace: Trace, _beside: Trace | None) -> Told:
+    told = _opened_with_first_draft(trace)
     trig = first_trigger(trace)
     cut = next(iter(trace.of_kind("truncation")), None)
     after = retrieval_after(trace, trig.id) if trig is not None else None
     answer_ids = answer_passages(trace)
-    if trig is None:
-        told.facts.append("RIND never went over θ, so DRAGIN never searched.")
-    else:
-        p = trig.payload
-        told.facts.append(f"RIND first went over θ = {fmt(p.get('threshold'))} at the token "
-                          f"{quote(token_text(p.get('token')), 30)} (RIND = {fmt(p.get('value'))}).")
-        if cut is not None:
-            kept = quote(cut.payload.get("kept_text"), 160)
-            told.facts.append(f"The draft was cut before that token, keeping {kept}.")
-        query = next((e for e in trace.of_kind("query") if e.id > trig.id), None)
-        if query is not None:
-            told.facts.append(f"QFS searched with {quote(query.payload.get('text'), 160)}.")
-        told.look = token_look(trace, int(p["span"]), int(p["token_index"]),
-                               f"the token {quote(token_text(p.get('token')), 30)} where RIND fired")
+    _tell_trigger(told, trace, trig, cut.payload.get("kept_text") if cut is not None else None, _DRAGIN_WORDS)
     told.facts += [gold_fact(trace), answer_fact(trace)]
     told.beats = [
         Check("RIND fires inside the capacity the model made up",
@@ -601,32 +633,24 @@ def _beside_dragin(beside: Trace | None) -> tuple[str, str | None]:
         _kept_before_trigger(beside)
 
 
-def _etc(trace: Trace, beside: Trace | None) -> Told:
-    told = Told()
-    drafts = [e for e in trace.of_kind("generation") if e.payload.get("purpose") == "draft"]
-    if drafts:
-        told.facts.append(f"Its first draft: {quote(drafts[0].payload.get('text'), 160)}")
-    trig = first_trigger(trace)
-    kept = _kept_before_trigger(trace)
-    if trig is None:
-        told.facts.append("The entropy trend never went over θ, so ETC never searched.")
-    else:
-        p = trig.payload
-        told.facts.append(f"The entropy trend first went over θ = {fmt(p.get('threshold'))} at the word "
-                          f"{quote(token_text(p.get('token')), 30)}: its attention x smoothed second difference "
-                          f"of the entropy was {fmt(p.get('value'))} (entropy {fmt(p.get('entropy'))}).")
-        if kept is not None:
-            told.facts.append(f"The draft was cut before that word, keeping {quote(kept, 160)}.")
-        query = next((e for e in trace.of_kind("query") if e.id > trig.id), None)
-        if query is not None:
-            told.facts.append(f"It searched with the words the flagged word attends to: "
-                              f"{quote(query.payload.get('text'), 160)}.")
-        told.look = token_look(trace, int(p["span"]), int(p["token_index"]),
-                               f"the word {quote(token_text(p.get('token')), 30)} where the trend fired")
+def _close_beside_dragin(told: Told, trace: Trace, beside: Trace | None) -> str | None:
+    """End the facts of a newer method's story told beside DRAGIN's run: DRAGIN's decision, the gold, the answer.
+
+    Returns the draft text DRAGIN kept before it searched (None: it did not search, or there is no run beside).
+    """
     dragin_fact, dragin_kept = _beside_dragin(beside)
     if dragin_fact:
         told.facts.append(dragin_fact)
     told.facts += [gold_fact(trace), answer_fact(trace)]
+    return dragin_kept
+
+
+def _etc(trace: Trace, beside: Trace | None) -> Told:
+    told = _opened_with_first_draft(trace)
+    trig = first_trigger(trace)
+    kept = _kept_before_trigger(trace)
+    _tell_trigger(told, trace, trig, kept, _ETC_WORDS)
+    dragin_kept = _close_beside_dragin(told, trace, beside)
     after = retrieval_after(trace, trig.id) if trig is not None else None
     told.beats = [
         Check("ETC searches at another point of the answer than DRAGIN",
@@ -657,10 +681,7 @@ def _targ(trace: Trace, beside: Trace | None) -> Told:
                           f"{then}.")
     if draft is not None:
         told.look = token_look(trace, draft.id, 0, "the first token of the draft the gate scored")
-    dragin_fact, _ = _beside_dragin(beside)
-    if dragin_fact:
-        told.facts.append(dragin_fact)
-    told.facts += [gold_fact(trace), answer_fact(trace)]
+    _close_beside_dragin(told, trace, beside)
     dragin_searched = beside is not None and beside.costs.retrievals > 0
     told.beats = [
         Check("TARG decides once, before writing, where DRAGIN decides while writing", beside is not None),
@@ -668,6 +689,14 @@ def _targ(trace: Trace, beside: Trace | None) -> Told:
         Check("the answer is right", matches_gold(trace)),
     ]
     return told
+
+
+def _beside_dragin_story(method: str, arxiv: str, tell: Callable[[Trace, Trace | None], Told],
+                         how: str) -> CaseStory:
+    """A newer method's run on DRAGIN's case-study question, told beside DRAGIN's; ``how`` says how it decides."""
+    return CaseStory(f"dragin-{method.lower()}", "DRAGIN", f"appendix C ({method}, arXiv {arxiv})",
+                     f"The same question with {method}, {how} DRAGIN's run on the same question and model is shown "
+                     "beside it.", tell)
 
 
 STORIES: dict[str, CaseStory] = {s.key: s for s in (
@@ -710,15 +739,13 @@ STORIES: dict[str, CaseStory] = {s.key: s for s in (
               "album but not his partner, whose article never mentions Green; searching again with the question "
               "joined to the album's passage finds Miquette Giraudy, a small classifier accepts the pair, and the "
               "answer is right where traditional retrieval answered Debbie Allen.", _drrag),
-    CaseStory("dragin-etc", "DRAGIN", "appendix C (ETC, arXiv 2511.09980)",
-              "The same question with ETC, which watches how the model's uncertainty changes word by word: it "
-              "retrieves where the entropy starts to climb sharply (the smoothed second difference, weighted by "
-              "attention), to bring the passages in before the wrong words are written. DRAGIN's run on the same "
-              "question and model is shown beside it.", _etc),
-    CaseStory("dragin-targ", "DRAGIN", "appendix C (TARG, arXiv 2511.09803)",
-              "The same question with TARG, which decides once, before answering: the model writes a short draft "
-              "without passages, and only if that draft is uncertain (its top two choices close, on average) does "
-              "TARG search. DRAGIN's run on the same question and model is shown beside it.", _targ),
+    _beside_dragin_story("ETC", "2511.09980", _etc,
+                         "which watches how the model's uncertainty changes word by word: it retrieves where the "
+                         "entropy starts to climb sharply (the smoothed second difference, weighted by attention), to "
+                         "bring the passages in before the wrong words are written."),
+    _beside_dragin_story("TARG", "2511.09803", _targ,
+                         "which decides once, before answering: the model writes a short draft without passages, and "
+                         "only if that draft is uncertain (its top two choices close, on average) does TARG search."),
 )}
 
 

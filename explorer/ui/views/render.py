@@ -109,22 +109,32 @@ def render_runs(traces: list[Trace], *, signal: str = "prob", whatif_at: Mapping
                 live: Trace | None = None, live_tokens: list[dict[str, Any]] | None = None, live_purpose: str = "",
                 message: str = "", fork_marks: Mapping[str, dict[str, Any]] | None = None, below: str = "",
                 refused: list[tuple[str, str]] | None = None, interactive: bool = False,
-                pending: bool = False) -> str:
+                pending: bool = False, rendered: dict[str, str] | None = None) -> str:
     """Runs side by side (and the one still running, if any), with their costs compared below.
 
     ``fork_marks``: run id -> a point to mark as a fork's divergence (a parent beside its fork);
     ``below``: trusted markup after the runs (the family tree); ``refused``: (method, message) of
     ticked methods that did not run, each shown as a card beside the runs; ``pending``: more
     ticked methods are still to run (between two methods no run is live, yet the page keeps
-    following the stream)."""
+    following the stream); ``rendered``: a memo of the stored runs' columns for one stream, so the
+    finished runs are drawn once, not again at every refresh while the others run (a stored trace
+    never changes; the live one is never kept)."""
     whatif_at = whatif_at or {}
     fork_marks = fork_marks or {}
     streaming = live is not None or pending
     alone = len(traces) == 1 and live is None
-    columns = [render_run(t, ViewOptions(signal=signal, whatif=whatif_at.get(t.run_id), compact=streaming,
-                                         costs=alone, fork_at=fork_marks.get(t.run_id),
-                                         interactive=interactive and not streaming))
-               for t in traces]
+
+    def column(t: Trace) -> str:
+        options = ViewOptions(signal=signal, whatif=whatif_at.get(t.run_id), compact=streaming, costs=alone,
+                              fork_at=fork_marks.get(t.run_id), interactive=interactive and not streaming)
+        if rendered is None:
+            return render_run(t, options)
+        key = f"{t.run_id}|{options!r}"
+        if key not in rendered:
+            rendered[key] = render_run(t, options)
+        return rendered[key]
+
+    columns = [column(t) for t in traces]
     if live is not None:
         columns.append(render_run(live, ViewOptions(signal=signal, live=True), live_tokens=live_tokens,
                                   live_purpose=live_purpose))
