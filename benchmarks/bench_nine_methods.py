@@ -41,6 +41,8 @@ def main() -> int:
     parser.add_argument("--methods", default=",".join(NINE), help="comma-separated methods (default: all nine)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (the target is for 2 cores)")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--samples-in-batch", action="store_true",
+                        help="sampled rows join the shared batch on a CPU too (by default they keep their own)")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -66,7 +68,7 @@ def main() -> int:
 
     def press(batched: bool) -> dict[str, object]:
         if batched:
-            batching.enable(engine)
+            batching.enable(engine, samples=args.samples_in_batch or None)
         try:
             updates = list(controller.stream(QUESTION, specs, gold=None, session="bench"))
         finally:
@@ -103,7 +105,8 @@ def main() -> int:
     differing = [m for m in methods if tokens(a[m]) != tokens(b[m]) or a[m].answer != b[m].answer]
     lines = ["# Every method ticked at once on the demo question, through the page's controller: "
              "in turn and through the batch", "",
-             f"`python -m benchmarks.bench_nine_methods --threads {args.threads} --rounds {args.rounds}` on "
+             f"`python -m benchmarks.bench_nine_methods --threads {args.threads} --rounds {args.rounds}"
+             f"{' --samples-in-batch' if args.samples_in_batch else ''}` on "
              f"{cpu_name()}, {torch.get_num_threads()} torch thread(s); load average {load0:.1f} at start, "
              f"{os.getloadavg()[0]:.1f} at the end. Methods: {', '.join(methods)}. Question: {QUESTION}", "",
              "| how | wall s | CPU s | x in turn (wall) |", "|---|---:|---:|---:|"]

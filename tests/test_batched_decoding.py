@@ -100,13 +100,28 @@ def tiny_runtime(tiny_lm, demo_retriever):
 
 def test_eight_concurrent_runs_of_mixed_methods_match_their_runs_alone(tiny_runtime) -> None:
     alone = run_all(tiny_runtime, MIXED, concurrent=False)
-    batcher = batching.enable(tiny_runtime.engine)
+    batcher = batching.enable(tiny_runtime.engine, samples=True)  # SEAKR's sampled rows join the batch too
     batched = run_all(tiny_runtime, MIXED, concurrent=True)
     for a, b in zip(alone, batched, strict=True):
         assert_same_run(a, b)
     assert batcher.unsupported is None
     # The runs really shared forward passes: more rows were stepped than steps were taken.
     assert batcher.largest >= 4 and batcher.row_steps > 2 * batcher.steps
+    assert not any(e.payload.get("unbatched") for t in batched for e in t.of_kind("note"))
+
+
+def test_on_a_cpu_sampled_rows_decode_as_their_own_batch_beside_the_shared_one(tiny_runtime) -> None:
+    """By default on a CPU a sampler's k + 1 rows keep their own batch (the shared prompt read once), and
+    the greedy spans of the other runs still share theirs; every run is the one it would be alone."""
+    runs = [MIXED[6], MIXED[0], MIXED[3]]  # SEAKR beside two greedy runs
+    alone = run_all(tiny_runtime, runs, concurrent=False)
+    batcher = batching.enable(tiny_runtime.engine)
+    assert batcher.samples is False
+    batched = run_all(tiny_runtime, runs, concurrent=True)
+    for a, b in zip(alone, batched, strict=True):
+        assert_same_run(a, b)
+    k = SEAKR_SMALL["k"]
+    assert batcher.steps > 0 and batcher.largest < k + 1, "sampled rows joined the shared batch"
     assert not any(e.payload.get("unbatched") for t in batched for e in t.of_kind("note"))
 
 
@@ -194,7 +209,7 @@ def test_three_concurrent_runs_on_the_embedded_model_match_their_runs_alone(embe
     runs = [("dragin", "paper", LEWISTON, small), ("wo", "paper", SAVILLE, small),
             ("seakr", "paper", SAVILLE, {**small, "k": 3, "max_steps": 1, "step_tokens": 6, "candidates": 1})]
     alone = run_all(runtime, runs, concurrent=False)
-    batcher = batching.enable(runtime.engine)
+    batcher = batching.enable(runtime.engine, samples=True)
     try:
         batched = run_all(runtime, runs, concurrent=True)
     finally:

@@ -77,8 +77,13 @@ class Batcher:
     than it runs when the batch is empty). ``mode`` is the decode step's (:data:`~explorer.engine.captured.MODES`).
     """
 
-    def __init__(self, engine: Engine, *, max_rows: int | None = None, mode: str | None = None) -> None:
+    def __init__(self, engine: Engine, *, max_rows: int | None = None, mode: str | None = None,
+                 samples: bool | None = None) -> None:
         self.engine = engine
+        #: Whether sampled continuations join the shared batch. On a CPU they decode alone by default:
+        #: the sampler already decodes its k + 1 rows as one batch that reads the shared prompt once
+        #: (and takes it from the prefix cache), which the shared batch would copy into every row.
+        self.samples = samples if samples is not None else engine.device.type == "cuda"
         self.slots = SlotCache(engine.device)
         self.step = DecodeStep(engine, self.slots, mode or default_mode(engine.device))
         self.max_rows = max_rows or default_rows(engine.device)
@@ -118,6 +123,8 @@ class Batcher:
 
     def sample(self, loop: _Loop) -> bool:
         """Run a sampler's rows in the batch; False when they must run alone (a note says why)."""
+        if not self.samples:
+            return False  # its own batch is the faster way here, not a limitation: nothing to note
         reason = self.accepts(False)
         if reason is None:
             try:
@@ -323,12 +330,18 @@ class Batcher:
         self._compact()
 
 
-def enable(engine: Engine, *, max_rows: int | None = None, mode: str | None = None) -> Batcher:
-    """Give ``engine`` a batcher (the one it has, if any): concurrent runs then share its decode steps."""
+def enable(engine: Engine, *, max_rows: int | None = None, mode: str | None = None,
+           samples: bool | None = None) -> Batcher:
+    """Give ``engine`` a batcher (the one it has, if any): concurrent runs then share its decode steps.
+
+    ``samples``: whether sampled continuations join the batch (default: on CUDA only, :attr:`Batcher.samples`)."""
     if engine.batcher is None:
-        engine.batcher = Batcher(engine, max_rows=max_rows, mode=mode)
-    elif max_rows is not None:
-        engine.batcher.max_rows = max_rows
+        engine.batcher = Batcher(engine, max_rows=max_rows, mode=mode, samples=samples)
+    else:
+        if max_rows is not None:
+            engine.batcher.max_rows = max_rows
+        if samples is not None:
+            engine.batcher.samples = samples
     return engine.batcher
 
 
