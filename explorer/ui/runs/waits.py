@@ -41,6 +41,10 @@ FIRST_GUESS_SECONDS: dict[str, float] = {
 }
 #: A method missing from the table above.
 DEFAULT_FIRST_GUESS = 30.0
+#: The share of their one-after-another time the methods of one press take together through the batch:
+#: on a CPU the shared passes save little of the work (the nine methods took 0.82 to 0.86 of it,
+#: BENCHMARKS.md, "Nine methods, from the page"), so the longest method alone would promise too little.
+TOGETHER_SHARE = 0.85
 
 
 @dataclass(frozen=True)
@@ -124,11 +128,13 @@ class RunRates:
 
     def estimate_all(self, methods: Iterable[str], model: str, *, together: bool = False) -> WaitEstimate:
         """Several methods of one press: one after another their lengths add; ``together`` (the engine batches
-        them, sharing each forward pass) the longest stands for all. Measured only if every one was."""
+        them, sharing each forward pass) they take :data:`TOGETHER_SHARE` of that, and never less than the
+        longest. Measured only if every one was."""
         parts = [(m, self.estimate(m, model)) for m in dict.fromkeys(methods)]
         if not parts:
             return WaitEstimate(0.0, 0)
         measured = [p.measured_runs for _, p in parts if p.measured]
         guessed = tuple(m for m, p in parts if not p.measured)
         lengths = [p.seconds for _, p in parts]
-        return WaitEstimate(max(lengths) if together else sum(lengths), min(measured) if measured else 0, guessed)
+        seconds = max(max(lengths), TOGETHER_SHARE * sum(lengths)) if together else sum(lengths)
+        return WaitEstimate(seconds, min(measured) if measured else 0, guessed)
