@@ -26,7 +26,7 @@ from explorer.methods.base import method_names  # noqa: E402
 from explorer.paths import ASSETS_DIR  # noqa: E402
 from explorer.store import RunStore  # noqa: E402
 from explorer.ui.api import endpoints as api  # noqa: E402
-from explorer.ui.page import controls, forkblock, history_tab, run_tab, viewblock  # noqa: E402
+from explorer.ui.page import controls, forkblock, history_tab, run_tab, viewblock, wait_note  # noqa: E402
 from explorer.ui.page.evaluations import build_evaluations_tab  # noqa: E402
 from explorer.ui.runs import gallery, questions  # noqa: E402
 from explorer.ui.runs.controller import RunController, RuntimeHolder, given_name  # noqa: E402
@@ -257,6 +257,9 @@ def build_app(settings: AppSettings) -> gr.Blocks:
         _model_status_poll(holder, model_status)
         handler, inputs, outputs = tab.on_load  # ?run=ID, ?compare=A,B, ?case=NAME open directly
         demo.load(handler, inputs, outputs, queue=False, api_visibility="private", show_progress="hidden")
+        if tab.wait is not None:  # the wait before a live run, from the lengths measured by the time the page opens
+            demo.load(lambda: wait_note.wait_html(controller, shelf, ["dragin"]), None, tab.wait, queue=False,
+                      api_visibility="private", show_progress="hidden")
     # The lessons' routes are added to the web server by launch() (they are not Gradio events).
     demo.explorer_lessons = Lessons(known=_known_run(cache))  # type: ignore[attr-defined]
     return demo

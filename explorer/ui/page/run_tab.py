@@ -436,7 +436,9 @@ def build(settings: Any, controller: RunController, cache: TraceCache, shelf: ga
         shelf_block = gallery_block.build(shelf, cache)
         with gr.Row(elem_id="run-lines", equal_height=False):
             status = gr.HTML(status_html("Ready."), elem_id="run-status", js_on_load=None, scale=2)
-            wait = gr.HTML(lambda: wait_note.wait_html(controller, shelf, ["dragin"]), elem_id="wait-note",
+            # Told again as each page opens (app.py's private load event: a callable value here would be a
+            # public API endpoint of its own), when the ticks change and when a run ends.
+            wait = gr.HTML(wait_note.wait_html(controller, shelf, ["dragin"]), elem_id="wait-note",
                            js_on_load=None, scale=3)
         view = viewblock.build("run", cache, head, '<p class="dre-empty">Pick a question and methods, then '
                                "press Run. Tokens appear as the model writes them.</p>",
