@@ -361,20 +361,46 @@
   if (document.body) markLinked();
   else document.addEventListener("DOMContentLoaded", markLinked);
 
-  /* Each method's checkbox says in one line what the method does (a tooltip, and its accessible description). */
+  /* Each method's checkbox says in one line what the method does (a tooltip, and its accessible description),
+   * and carries a "?" word like the captions' terms: its sentence and glossary link on hover, focus and a tap.
+   * A click on the "?" or in its box never toggles the checkbox; the labels are watched so that a label
+   * drawn again gets its "?" back. */
   function methodWords(tries) {
     var source = document.getElementById("method-words");
+    var group = document.getElementById("methods");
     var labels = document.querySelectorAll("#methods label");
-    if (!source || !labels.length) { if (tries < 100) setTimeout(function () { methodWords(tries + 1); }, 100); return; }
-    var words = {};
+    if (!source || !group || !labels.length) {
+      if (tries < 100) setTimeout(function () { methodWords(tries + 1); }, 100);
+      return;
+    }
+    var words = {}, marks = {};
     try { words = JSON.parse(source.getAttribute("data-words") || "{}"); } catch (err) { words = {}; }
-    labels.forEach(function (label) {
-      var box = label.querySelector("input");
-      var line = box && words[box.getAttribute("name")];
-      if (!line) return;
-      label.title = line;
-      box.setAttribute("aria-description", line);
-    });
+    try { marks = JSON.parse(source.getAttribute("data-terms") || "{}"); } catch (err) { marks = {}; }
+    var dress = function () {
+      document.querySelectorAll("#methods label").forEach(function (label) {
+        var box = label.querySelector("input");
+        var name = box && box.getAttribute("name");
+        var line = name && words[name];
+        if (!line) return;
+        if (label.title !== line) label.title = line;
+        if (box.getAttribute("aria-description") !== line) box.setAttribute("aria-description", line);
+        if (marks[name] && !label.querySelector(".dre-term")) {
+          var holder = document.createElement("span");
+          holder.className = "dre-method-term";
+          holder.innerHTML = marks[name];  // written by the server from the page's words, escaped there
+          label.appendChild(holder);
+        }
+      });
+    };
+    dress();
+    if (!group.getAttribute("data-dressed")) {
+      group.setAttribute("data-dressed", "1");
+      new MutationObserver(dress).observe(group, { childList: true, subtree: true });
+      group.addEventListener("click", function (event) {
+        var node = event.target && event.target.closest ? event.target : null;
+        if (node && node.closest(".dre-method-term")) event.preventDefault();  // the box stays as it was
+      }, true);
+    }
   }
   methodWords(0);
 

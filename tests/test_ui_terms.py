@@ -203,3 +203,55 @@ def test_a_word_explains_itself_on_hover_focus_and_tap_and_links_to_its_glossary
         in_bar.locator(".dre-term-word").tap()
         _shows_its_sentence(in_bar)
         shot(phone, "term-tapped-phone")
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+@pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                    reason=f"{CHROMIUM} is missing: `make browser` (apt-get install chromium)")
+def test_each_method_checkbox_explains_its_method_without_toggling_and_links_to_the_glossary(ui_app) -> None:
+    with chromium_browser() as browser:
+        page = browser.new_context(**PROJECTOR).new_page()
+        page.goto(ui_app.url, timeout=120_000)
+        page.wait_for_selector("#methods label .dre-method-term .dre-term", timeout=60_000)
+        page.wait_for_selector("#run-view .dre-run[data-view=done]", timeout=120_000)
+        labels = page.locator("#methods label")
+        assert labels.count() == len(method_names())
+        for i in range(labels.count()):
+            name = labels.nth(i).locator("input").get_attribute("name")
+            term = labels.nth(i).locator(".dre-term")
+            assert term.count() == 1, name
+            assert term.get_attribute("data-term") == f"method-{name}"
+        dragin = page.locator("#methods label:has(input[name='dragin'])")
+        was = dragin.locator("input").is_checked()
+        term = dragin.locator(".dre-term")
+        term.locator(".dre-term-word").hover()
+        _shows_its_sentence(term)
+        shot(page, "method-term-hover", "#run-band")
+        term.locator(".dre-term-word").click()  # a click on the "?" explains, it does not toggle the box
+        assert dragin.locator("input").is_checked() == was
+        anchor = term.locator(".dre-term-link").get_attribute("data-help")
+        term.locator(".dre-term-link").click()
+        page.wait_for_function("(a) => { const r = document.getElementById(a)?.getBoundingClientRect();"
+                               " return !!r && r.top >= 0 && r.top < innerHeight; }", arg=anchor, timeout=10_000)
+        assert dragin.locator("input").is_checked() == was
+        assert page.locator(f"#tab-help li:has(#{anchor})").inner_text().startswith("DRAGIN")
+
+        phone = browser.new_context(**PHONE).new_page()  # a tap shows the sentence inside a phone's screen
+        phone.goto(ui_app.url, timeout=120_000)
+        phone.wait_for_selector("#methods label .dre-method-term .dre-term", timeout=60_000)
+        # the page's opening events set the form (the ticked method) as they arrive: wait for them
+        phone.wait_for_selector("#run-view .dre-run[data-view=done]", timeout=120_000)
+        seakr = phone.locator("#methods label:has(input[name='seakr'])")
+        seakr.scroll_into_view_if_needed()
+        was = seakr.locator("input").is_checked()
+        term = seakr.locator(".dre-term")
+        term.locator(".dre-term-word").tap()
+        _shows_its_sentence(term)
+        shot(phone, "method-term-phone")
+        assert seakr.locator("input").is_checked() == was
+        term.locator(".dre-term-tip b").tap()  # a tap on the sentence closes it
+        term.locator(".dre-term-tip").wait_for(state="hidden", timeout=5_000)
+        seakr.locator("span").first.tap()  # the name itself still ticks the box
+        phone.wait_for_function("() => document.querySelector(\"#methods input[name='seakr']\").checked !== "
+                                + ("true" if was else "false"), timeout=10_000)

@@ -24,6 +24,7 @@ from explorer.ui.runs import embedders, gallery, questions
 from explorer.ui.runs.controller import RunController, given_name, status_html
 from explorer.ui.runs.history import Exports, TraceCache
 from explorer.ui.serving.admission import EVENT_LIMIT
+from explorer.ui.views import terms
 from explorer.ui.views.html import esc
 from explorer.ui.views.render import render_runs
 
@@ -84,14 +85,16 @@ def build_band(opening: questions.Question | None, methods: list[str]) -> tuple[
     """The one band of controls a visitor needs: the question, the methods, Run and Cancel."""
     with gr.Row(elem_id="run-band", equal_height=False):
         question = gr.Textbox(opening.question if opening is not None else "", label="Question", lines=2,
-                              max_lines=4, elem_id="question", scale=5, min_width=280,
+                              max_lines=4, elem_id="question", scale=4, min_width=280,
                               placeholder="Type a question, or open Settings to pick one (you can edit it)")
         chosen = gr.CheckboxGroup([method_choice(m) for m in methods], value=["dragin"],
                                   label="Methods (tick several to compare them side by side)", elem_id="methods",
-                                  scale=6, min_width=300)
+                                  scale=8, min_width=300)
         words = json.dumps({m: f"{method_choice(m)[0]}: {controls.method_words(m)}" for m in methods})
         # what each method does, for the page script to put on its checkbox (hover, focus, screen readers)
-        gr.HTML(f'<span hidden id="method-words" data-words="{esc(words)}"></span>', elem_id="method-words-box",
+        marks = json.dumps({m: terms.term(f"method-{m}", "?") for m in methods if terms.method_sentence(m)})
+        gr.HTML(f'<span hidden id="method-words" data-words="{esc(words)}" data-terms="{esc(marks)}"></span>',
+                elem_id="method-words-box",
                 visible="hidden", js_on_load=None)
         with gr.Column(scale=0, min_width=112, elem_id="run-buttons"):
             run_btn = gr.Button("Run", variant="primary", elem_id="run", size="md")

@@ -14,6 +14,7 @@ from typing import Any
 
 from explorer import naming
 from explorer.ui.views.html import badge, esc, section, short
+from explorer.ui.views.terms import mark_terms
 from explorer.ui.views.view import TraceView, ViewOptions
 
 
@@ -79,4 +80,4 @@ def render(view: TraceView, opts: ViewOptions) -> str:
                  f'<b>{naming.event("selection", s.id).capitalize()}</b>: '
                  f'{esc(s.payload.get("reason"))} '
                  f'({len(ids)} passages)<ul>{items}</ul></div>')
-    return section("Knowledge filter (BlendFilter)", body, panel="filter")
+    return section(mark_terms("Knowledge filter (BlendFilter)"), body, panel="filter")

@@ -11,6 +11,7 @@ from typing import Any
 
 from explorer.eval.scores import answer_verdict
 from explorer.ui.views.html import badge, esc, fmt
+from explorer.ui.views.terms import mark_terms
 from explorer.ui.views.view import TraceView, ViewOptions
 
 
@@ -83,7 +84,7 @@ def render(view: TraceView, opts: ViewOptions) -> str:
     error = f'<div class="dre-error">{esc(t.error)}</div>' if t.error and t.status != "complete" else ""
     link = (f' <a class="dre-link" href="?run={esc(t.run_id)}" aria-label="Link to this {esc(t.method)} run '
             f'({esc(t.run_id[:8])})">link</a>' if opts.interactive and t.status != "running" else "")
-    return (f'<header class="dre-runhead"><h2 class="dre-title"><b>{esc(_title(t.method))}</b> '
+    return (f'<header class="dre-runhead"><h2 class="dre-title"><b>{mark_terms(_title(t.method))}</b> '
             f'<span class="dre-variant">{esc(t.variant)}</span> {status}{link}</h2>'
             f'<div class="dre-question">{esc(t.question)}</div>'
             f'<div class="dre-answer">answer: <b>{esc(answer)}</b> {verdict}</div>{gold}'

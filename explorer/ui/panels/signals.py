@@ -198,4 +198,4 @@ def render(view: TraceView, opts: ViewOptions, decisions: list[whatif.Decision],
     if not opts.compact:
         body += ('<details class="dre-intervals"><summary>Which threshold gives which decision</summary>'
                  f"{_interval_table(view, signal)}</details>")
-    return section(f"Decision signal: {esc(signal)}", body, panel="signal", note=note)
+    return section(mark_terms(f"Decision signal: {signal}"), body, panel="signal", note=note)

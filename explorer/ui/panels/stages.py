@@ -15,6 +15,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from explorer.ui.views.html import badge, esc, figure, fmt, plot, plot_text, section
+from explorer.ui.views.terms import mark_terms
 from explorer.ui.views.view import TraceView, ViewOptions
 
 PARENT_KEYS = ("anchor", "passage_id", "passage", "from_passage", "parent", "doc_id")
@@ -133,4 +134,4 @@ def render(view: TraceView, opts: ViewOptions) -> str:
     for s in view.of_kind("selection"):
         body += (f'<div class="dre-union" data-selection="{s.id}"><b>selection</b>: {esc(s.payload.get("reason"))}: '
                  f'{", ".join(f"<code>{esc(i)}</code>" for i in s.payload.get("passage_ids") or [])}</div>')
-    return section("Two-stage retrieval (DR-RAG)", body, panel="stages")
+    return section(mark_terms("Two-stage retrieval (DR-RAG)"), body, panel="stages")

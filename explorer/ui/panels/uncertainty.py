@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 
 from explorer import naming
 from explorer.ui.views.html import esc, figure, fmt, plot, plot_text, section
+from explorer.ui.views.terms import mark_terms
 from explorer.ui.views.view import TraceView, ViewOptions
 
 U_KEYS = ("uncertainty", "u", "U", "value")
@@ -158,4 +159,4 @@ def render(view: TraceView, opts: ViewOptions) -> str:
     body += "".join(_rerank(e) for e in reranks)
     if not opts.compact:
         body += _spectra(events) + _samples(events)
-    return section("Uncertainty (SEAKR)", body, panel="uncertainty")
+    return section(mark_terms("Uncertainty (SEAKR)"), body, panel="uncertainty")

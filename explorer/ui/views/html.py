@@ -82,9 +82,13 @@ def help_link(panel: str, title: str = "") -> str:
             f'aria-label="{esc(name)}">?</a>')
 
 
+#: The box of a marked word (:func:`explorer.ui.views.terms.term`): its sentence is not part of a name.
+_TERM_TIP = re.compile(r'<span class="dre-term-tip">.*?</span>', re.S)
+
+
 def plain_text(markup: str) -> str:
-    """Trusted markup as text (tags dropped, entities read), for an accessible name."""
-    return html.unescape(re.sub(r"<[^>]+>", "", markup)).strip()
+    """Trusted markup as text (tags and marked words' boxes dropped, entities read), for an accessible name."""
+    return html.unescape(re.sub(r"<[^>]+>", "", _TERM_TIP.sub("", markup))).strip()
 
 
 def section(title: str, body: str, *, panel: str, note: str = "") -> str:
