@@ -113,35 +113,28 @@ Progress = Callable[[str], None]
 
 @dataclass
 class Row:
-    """Per-question scores of one method at one k on one dataset, averaged on demand."""
+    """Per-question scores of one method at one k on one dataset, averaged on demand: one series per measure
+    (recall, precision, exact, kept, candidate_recall, candidates, and each extra the strategy reports)."""
 
-    recall: list[float] = field(default_factory=list)
-    precision: list[float] = field(default_factory=list)
-    exact: list[float] = field(default_factory=list)
-    kept: list[int] = field(default_factory=list)
-    candidate_recall: list[float] = field(default_factory=list)
-    candidates: list[int] = field(default_factory=list)
-    extra: dict[str, list[float]] = field(default_factory=dict)
+    series: dict[str, list[float]] = field(default_factory=dict)
 
     def add(self, gold: Sequence[str], kept: Sequence[str], candidates: Sequence[str] | None = None,
             **extra: float) -> None:
         """One question: ``kept`` went to the model; ``candidates`` is everything retrieved on the way."""
         pool = list(dict.fromkeys([*(candidates if candidates is not None else kept), *kept]))
-        self.recall.append(passage_recall(gold, kept, by_document=True) or 0.0)
-        self.precision.append(paragraph_precision(gold, kept))
-        self.exact.append(exact_paragraphs(gold, kept))
-        self.kept.append(len(kept))
-        self.candidate_recall.append(passage_recall(gold, pool, by_document=True) or 0.0)
-        self.candidates.append(len(pool))
-        for key, value in extra.items():
-            self.extra.setdefault(key, []).append(value)
+        scores = {**extra, "recall": passage_recall(gold, kept, by_document=True) or 0.0,
+                  "precision": paragraph_precision(gold, kept), "exact": exact_paragraphs(gold, kept),
+                  "kept": len(kept), "candidate_recall": passage_recall(gold, pool, by_document=True) or 0.0,
+                  "candidates": len(pool)}
+        for key, value in scores.items():
+            self.series.setdefault(key, []).append(value)
 
     @property
     def n(self) -> int:
-        return len(self.recall)
+        return len(self.series.get("recall", []))
 
     def mean(self, name: str) -> float:
-        values = getattr(self, name) if hasattr(self, name) else self.extra.get(name, [])
+        values = self.series.get(name, [])
         return statistics.fmean(values) if values else math.nan
 
 
@@ -726,7 +719,7 @@ def _blend_section(report: Report) -> list[str]:
         after = [r for (b, stage, _), r in report.blend.items() if stage == "after" and b == base]
         if not after:
             continue
-        pooled = {key: statistics.fmean(v for r in after for v in r.extra.get(key, [])) for key in
+        pooled = {key: statistics.fmean(v for r in after for v in r.series.get(key, [])) for key in
                   ("llm_calls", "retrievals", "em", "f1", "seconds")}
         lines.append(f"- {BASE_TITLES.get(base, base)}: per question {pooled['llm_calls']:.2f} LLM calls, "
                      f"{pooled['retrievals']:.2f} retrievals, {pooled['seconds']:.1f} s on this machine; answer "
