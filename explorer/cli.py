@@ -49,6 +49,17 @@ def add_threads_option(parser: argparse.ArgumentParser) -> None:
                              "average; OMP_NUM_THREADS also sets it)")
 
 
+def add_action_command(subparsers: argparse._SubParsersAction, name: str, *, help: str,
+                       description: str) -> argparse._SubParsersAction:
+    """A command made of actions (``corpus info``, ``data fetch``): returns the sub-parsers its actions are added to.
+
+    Given no action, the command prints its own help and exits with 2, as a wrong word would."""
+    parser = subparsers.add_parser(name, help=help, description=description)
+    actions = parser.add_subparsers(dest="action", metavar="ACTION")
+    parser.set_defaults(handler=lambda args: parser.print_help() or 2)
+    return actions
+
+
 def _set_threads(args: argparse.Namespace) -> int:
     """Apply ``--threads`` (or the automatic choice) before a computing command starts; say so when the machine is
     busy enough for the choice to matter. Returns the count before, which :func:`main` puts back afterwards (a

@@ -20,18 +20,18 @@ import sys
 import time
 from pathlib import Path
 
+from explorer.cli import add_action_command
+
 FORMAT_HELP = ("corpus format when the file does not tell: dpr, passages, hotpotqa, 2wiki, musique, nq, txt, "
                "title-sentences, title-text")
 CORPUS_HINTS = {"corpus_format": "--format"}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("corpus", help="inspect, convert or build corpora",
-                                   description="info: load a corpus and report its size and shape. "
-                                               "convert: write any supported corpus as JSONL {id, title, text}. "
-                                               "build-benchmark: pool the benchmark paragraphs into one corpus.")
-    actions = parser.add_subparsers(dest="action", metavar="ACTION")
-    parser.set_defaults(handler=lambda args: parser.print_help() or 2)
+    actions = add_action_command(subparsers, "corpus", help="inspect, convert or build corpora",
+                                 description="info: load a corpus and report its size and shape. "
+                                             "convert: write any supported corpus as JSONL {id, title, text}. "
+                                             "build-benchmark: pool the benchmark paragraphs into one corpus.")
 
     info = actions.add_parser("info", help="load a corpus and report counts and health checks")
     info.add_argument("corpus", help="'demo', 'benchmark' or a corpus file/folder")

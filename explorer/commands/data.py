@@ -10,14 +10,15 @@ from __future__ import annotations
 import argparse
 import sys
 
+from explorer.cli import add_action_command
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("data", help="list and fetch the benchmark question sets and the Wikipedia corpus",
-                                   description="list: the files the explorer can fetch, their licences and where each "
-                                               "is found now. fetch NAME...: download them (from the Hugging Face hub, "
-                                               "or HF_ENDPOINT) into the fetched-data folder.")
-    actions = parser.add_subparsers(dest="action", metavar="ACTION")
-    parser.set_defaults(handler=lambda args: parser.print_help() or 2)
+    actions = add_action_command(subparsers, "data",
+                                 help="list and fetch the benchmark question sets and the Wikipedia corpus",
+                                 description="list: the files the explorer can fetch, their licences and where each "
+                                             "is found now. fetch NAME...: download them (from the Hugging Face "
+                                             "hub, or HF_ENDPOINT) into the fetched-data folder.")
 
     listing = actions.add_parser("list", help="the fetchable files, their licences, and which are present")
     listing.set_defaults(handler=_list)

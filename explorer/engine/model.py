@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+#: The facts of a loaded model that its fingerprint names (in this order), before any ``extra``.
+FINGERPRINT_FACTS = ("name", "source", "dtype", "device", "attn_implementation", "num_layers", "num_heads",
+                     "num_parameters")
 
 @dataclass
 class LoadedModel:
@@ -46,14 +49,4 @@ class LoadedModel:
 
     def fingerprint(self) -> dict[str, Any]:
         """What a trace records so two runs can be told apart by model and decoding backend."""
-        return {
-            "name": self.name,
-            "source": self.source,
-            "dtype": self.dtype,
-            "device": self.device,
-            "attn_implementation": self.attn_implementation,
-            "num_layers": self.num_layers,
-            "num_heads": self.num_heads,
-            "num_parameters": self.num_parameters,
-            **self.extra,
-        }
+        return {**{fact: getattr(self, fact) for fact in FINGERPRINT_FACTS}, **self.extra}

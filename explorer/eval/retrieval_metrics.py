@@ -38,6 +38,7 @@ from typing import Any
 from explorer.errors import DatasetError
 from explorer.eval.datasets import DatasetSource, resolve_sources
 from explorer.eval.metrics import answer_scores, document_of, passage_recall
+from explorer.eval.question import Question
 from explorer.methods.base import make_config, run_question
 from explorer.retrieval.base import Retriever
 from explorer.runtime import Runtime
@@ -105,49 +106,35 @@ def paper_caution(dataset: str, source: dict[str, Any]) -> str:
 def row_label(method: str, base: str) -> str:
     """The key of a table row: ``bm25``/``sm``/``hybrid`` alone, a DR-RAG strategy with its base (``cfs:dense``)."""
     return method if method in TOP_K else f"{method}:{base}"
+
+
 Progress = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class Item:
-    dataset: str
-    qid: str
-    question: str
-    gold: tuple[str, ...]
-    answers: tuple[str, ...]
 
 
 @dataclass
 class Row:
-    """Per-question scores of one method at one k on one dataset, averaged on demand."""
+    """Per-question scores of one method at one k on one dataset, averaged on demand: one series per measure
+    (recall, precision, exact, kept, candidate_recall, candidates, and each extra the strategy reports)."""
 
-    recall: list[float] = field(default_factory=list)
-    precision: list[float] = field(default_factory=list)
-    exact: list[float] = field(default_factory=list)
-    kept: list[int] = field(default_factory=list)
-    candidate_recall: list[float] = field(default_factory=list)
-    candidates: list[int] = field(default_factory=list)
-    extra: dict[str, list[float]] = field(default_factory=dict)
+    series: dict[str, list[float]] = field(default_factory=dict)
 
     def add(self, gold: Sequence[str], kept: Sequence[str], candidates: Sequence[str] | None = None,
             **extra: float) -> None:
         """One question: ``kept`` went to the model; ``candidates`` is everything retrieved on the way."""
         pool = list(dict.fromkeys([*(candidates if candidates is not None else kept), *kept]))
-        self.recall.append(passage_recall(gold, kept, by_document=True) or 0.0)
-        self.precision.append(paragraph_precision(gold, kept))
-        self.exact.append(exact_paragraphs(gold, kept))
-        self.kept.append(len(kept))
-        self.candidate_recall.append(passage_recall(gold, pool, by_document=True) or 0.0)
-        self.candidates.append(len(pool))
-        for key, value in extra.items():
-            self.extra.setdefault(key, []).append(value)
+        scores = {**extra, "recall": passage_recall(gold, kept, by_document=True) or 0.0,
+                  "precision": paragraph_precision(gold, kept), "exact": exact_paragraphs(gold, kept),
+                  "kept": len(kept), "candidate_recall": passage_recall(gold, pool, by_document=True) or 0.0,
+                  "candidates": len(pool)}
+        for key, value in scores.items():
+            self.series.setdefault(key, []).append(value)
 
     @property
     def n(self) -> int:
-        return len(self.recall)
+        return len(self.series.get("recall", []))
 
     def mean(self, name: str) -> float:
-        values = getattr(self, name) if hasattr(self, name) else self.extra.get(name, [])
+        values = self.series.get(name, [])
         return statistics.fmean(values) if values else math.nan
 
 
@@ -212,7 +199,7 @@ def base_retrievers(bm25: Any, bases: Sequence[str], *, embedder: str | None = N
 
 
 def load_items(data_dir: Path, retriever: Retriever, limit: int | None = None,
-               sources: Sequence[DatasetSource] | None = None) -> list[Item]:
+               sources: Sequence[DatasetSource] | None = None) -> list[Question]:
     """The questions of every set (``limit`` per set) with gold ids, each checked to be in the corpus."""
     items = []
     for source in (list(sources) if sources is not None else default_sources(data_dir)):
@@ -224,7 +211,7 @@ def load_items(data_dir: Path, retriever: Retriever, limit: int | None = None,
             if missing:
                 raise DatasetError(f"gold passage {missing[0]} of question {q.id} is not in the pooled corpus",
                                    where=str(source.path), fix="the data files do not match each other; restore them")
-            items.append(Item(source.label, q.id, q.question, tuple(q.gold_passages), tuple(q.answers)))
+            items.append(q)  # filed under the source's label
             found += 1
         if not found:
             raise DatasetError(f"no question of {source.path} names its gold paragraphs "
@@ -432,16 +419,16 @@ def measure(data_dir: Path, *, methods: Sequence[str] = DEFAULT_METHODS, ks: Seq
             spent = 0.0
             for k in ks:
                 for item in items:
-                    saved = checkpoint.get("row", label, k, item.dataset, item.qid)
+                    saved = checkpoint.get("row", label, k, item.dataset, item.id)
                     new = saved is None
                     if saved is None:
                         started = time.perf_counter()
                         saved = _measure_one(retriever, method, item, k, k2, classifier_path)
                         saved["s"] = time.perf_counter() - started
-                        measured(saved, "row", label, k, item.dataset, item.qid)
+                        measured(saved, "row", label, k, item.dataset, item.id)
                     spent += saved["s"]
-                    for rows in ([report.rows, report.heldout_rows] if item.qid in heldout else [report.rows]):
-                        rows.setdefault((label, k, item.dataset), Row()).add(item.gold, saved["kept"],
+                    for rows in ([report.rows, report.heldout_rows] if item.id in heldout else [report.rows]):
+                        rows.setdefault((label, k, item.dataset), Row()).add(item.gold_passages, saved["kept"],
                                                                              saved["pool"], **saved["extra"])
                     notify(new)
             report.seconds[label] = spent
@@ -462,7 +449,7 @@ def measure(data_dir: Path, *, methods: Sequence[str] = DEFAULT_METHODS, ks: Seq
 
 
 def _use_classifier(report: Report, wanted: list[str], classifier_path: str, retrievers: dict[str, Any],
-                    bm25: Retriever, items: list[Item], say: Progress) -> tuple[list[str], set[str]]:
+                    bm25: Retriever, items: list[Question], say: Progress) -> tuple[list[str], set[str]]:
     """The strategies that can run and the held-out question ids, once DR-RAG's pair classifier is loaded.
 
     Without a trained classifier CIS and CFS are skipped (and the report says why); with one, the questions it
@@ -485,7 +472,7 @@ def _use_classifier(report: Report, wanted: list[str], classifier_path: str, ret
                              "encoder": clf.metadata.get("encoder")}
         # The classifier learnt from these very question sets: its held-out questions are scored apart.
         heldout = set(clf.metadata.get("test_question_ids", []))
-        report.heldout_counts = dict(Counter(i.dataset for i in items if i.qid in heldout))
+        report.heldout_counts = dict(Counter(i.dataset for i in items if i.id in heldout))
         dense = retrievers.get("dense")
         if (dense is not None and dense.encoder is clf.encoder and dense.matrix is not None
                 and not any(clf.encoder.prompts().values())):
@@ -494,7 +481,7 @@ def _use_classifier(report: Report, wanted: list[str], classifier_path: str, ret
     return wanted, heldout
 
 
-def _measure_one(retriever: Retriever, method: str, item: Item, k: int, k2: int,
+def _measure_one(retriever: Retriever, method: str, item: Question, k: int, k2: int,
                  classifier_path: str) -> dict[str, Any]:
     """One question at one k for one strategy: the passages kept, those retrieved on the way, and DR-RAG's pairs."""
     if method in TOP_K:
@@ -505,7 +492,7 @@ def _measure_one(retriever: Retriever, method: str, item: Item, k: int, k2: int,
             "extra": {"pairs": float(event["pairs_judged"])}}
 
 
-def _encode_all(encoder: Any, retriever: Retriever, items: list[Item], say: Progress) -> None:
+def _encode_all(encoder: Any, retriever: Retriever, items: list[Question], say: Progress) -> None:
     """Embed every passage and question once, in large batches, before the classifier asks pair by pair.
 
     The classifier's training store holds most of these paragraphs already (same text), so it is
@@ -522,7 +509,7 @@ def _encode_all(encoder: Any, retriever: Retriever, items: list[Item], say: Prog
         f"({len(texts) - len(todo)} were in the classifier's store)")
 
 
-def _blendfilter(report: Report, retriever: Retriever, base: str, chosen: list[Item], k: int, model: str,
+def _blendfilter(report: Report, retriever: Retriever, base: str, chosen: list[Question], k: int, model: str,
                  say: Progress, checkpoint: Checkpoint, measured: Callable[..., dict[str, Any]],
                  notify: Callable[[bool], None]) -> None:
     from explorer.runtime import corpus_facts, open_engine
@@ -530,7 +517,7 @@ def _blendfilter(report: Report, retriever: Retriever, base: str, chosen: list[I
     runtime: Runtime | None = None
     spent = 0.0
     for n, item in enumerate(chosen, start=1):
-        saved = checkpoint.get("blendfilter", base, item.dataset, item.qid)
+        saved = checkpoint.get("blendfilter", base, item.dataset, item.id)
         new = saved is None
         if saved is None:
             if runtime is None:  # the model loads only when something is left to run
@@ -538,27 +525,27 @@ def _blendfilter(report: Report, retriever: Retriever, base: str, chosen: list[I
                 report.model = engine.fingerprint()
                 runtime = Runtime(engine=engine, retriever=retriever,
                                   corpus=corpus_facts(retriever, "hotpotqa+musique-dev"))
-            saved = measured(_blend_one(runtime, item, k), "blendfilter", base, item.dataset, item.qid)
-            say(f"blendfilter ({base}) {n}/{len(chosen)} ({item.dataset} {item.qid}): {saved['seconds']:.1f} s"
+            saved = measured(_blend_one(runtime, item, k), "blendfilter", base, item.dataset, item.id)
+            say(f"blendfilter ({base}) {n}/{len(chosen)} ({item.dataset} {item.id}): {saved['seconds']:.1f} s"
                 + (f", kept {len(saved['after'])} of {len(saved['before'])}" if saved["error"] is None else ""))
         report.model = report.model or saved.get("model")
         spent += saved["seconds"]
         if saved["error"] is not None:
-            report.skipped.append(f"BlendFilter ({base}) on {item.dataset} {item.qid}: {saved['error']}")
+            report.skipped.append(f"BlendFilter ({base}) on {item.dataset} {item.id}: {saved['error']}")
         else:
-            report.blend.setdefault((base, "before", item.dataset), Row()).add(item.gold, saved["before"])
+            report.blend.setdefault((base, "before", item.dataset), Row()).add(item.gold_passages, saved["before"])
             report.blend.setdefault((base, "after", item.dataset), Row()).add(
-                item.gold, saved["after"], saved["before"], **saved["extra"])
+                item.gold_passages, saved["after"], saved["before"], **saved["extra"])
             report.statuses.update(saved["statuses"])
         notify(new)
     report.blend_counts = dict(Counter(i.dataset for i in chosen))
     report.seconds[f"blendfilter:{base}"] = spent
 
 
-def _blend_one(runtime: Runtime, item: Item, k: int) -> dict[str, Any]:
+def _blend_one(runtime: Runtime, item: Question, k: int) -> dict[str, Any]:
     """One BlendFilter run on one question: its unions before and after the filter, costs and answer scores."""
     trace = run_question("blendfilter", item.question, runtime, config={"top_k": k},
-                         gold={"answers": list(item.answers), "gold_passages": list(item.gold)})
+                         gold={"answers": list(item.answers), "gold_passages": list(item.gold_passages)})
     out: dict[str, Any] = {"error": None, "seconds": trace.costs.total_time, "model": runtime.engine.fingerprint()}
     if trace.status != "complete":
         return {**out, "error": trace.error}
@@ -732,7 +719,7 @@ def _blend_section(report: Report) -> list[str]:
         after = [r for (b, stage, _), r in report.blend.items() if stage == "after" and b == base]
         if not after:
             continue
-        pooled = {key: statistics.fmean(v for r in after for v in r.extra.get(key, [])) for key in
+        pooled = {key: statistics.fmean(v for r in after for v in r.series.get(key, [])) for key in
                   ("llm_calls", "retrievals", "em", "f1", "seconds")}
         lines.append(f"- {BASE_TITLES.get(base, base)}: per question {pooled['llm_calls']:.2f} LLM calls, "
                      f"{pooled['retrievals']:.2f} retrievals, {pooled['seconds']:.1f} s on this machine; answer "

@@ -63,13 +63,13 @@ from explorer.retrieval.building import (
     BuildFolder,
     MemoryLedger,
     check_disk,
-    file_checks,
     folder_bytes,
     human_bytes,
     peak_rss_bytes,
     progress_bar,
     read_json,
     write_json_atomic,
+    write_manifest,
 )
 from explorer.retrieval.passage_store import PassageStore
 from explorer.retrieval.tokenizer import Tokenizer
@@ -463,8 +463,7 @@ class BM25IndexBuild:
         }
         manifest["content_fingerprint"] = content_fingerprint(work, manifest)
         manifest["bytes"] = sum((work / name).stat().st_size for name in INDEX_FILES if name != MANIFEST_FILE)
-        manifest["checks"] = file_checks(work, (name for name in INDEX_FILES if name != MANIFEST_FILE))
-        write_json_atomic(work / MANIFEST_FILE, manifest)  # last: marks the index complete
+        write_manifest(work, MANIFEST_FILE, manifest, INDEX_FILES)  # last: marks the index complete
 
 
 def _add_counts(df: np.ndarray, terms: np.ndarray, size: int) -> np.ndarray:

@@ -146,6 +146,13 @@ def verify_file_checks(folder: Path, checks: dict[str, Any], what: str, fix: str
             os.close(fd)
 
 
+def write_manifest(folder: Path, name: str, manifest: dict[str, Any], files: Iterable[str]) -> None:
+    """Write a build's manifest ``name`` with the checks of its other ``files``, as the build's last file:
+    its presence marks the build complete."""
+    manifest["checks"] = file_checks(folder, (f for f in files if f != name))
+    write_json_atomic(folder / name, manifest)
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:6]}")
     tmp.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")

@@ -51,7 +51,6 @@ from explorer.retrieval.base import Passage
 from explorer.retrieval.building import (
     BuildFolder,
     check_disk,
-    file_checks,
     folder_bytes,
     human_bytes,
     peak_rss_bytes,
@@ -59,7 +58,7 @@ from explorer.retrieval.building import (
     prune_abandoned_builds,
     read_json,
     verify_file_checks,
-    write_json_atomic,
+    write_manifest,
 )
 from explorer.retrieval.splitter import MAX_WORDS, Document, content_id, piece_ids, split_text_counted
 
@@ -507,8 +506,7 @@ def _finish(work: Path, info: dict[str, Any], *, consumed: int, rows: int, nbyte
     }
     for name in (ROW_HASH_FILE, DOCS_FILE):
         (work / name).unlink(missing_ok=True)
-    manifest["checks"] = file_checks(work, STORE_FILES - {MANIFEST_FILE})
-    write_json_atomic(work / MANIFEST_FILE, manifest)  # last: marks the store complete
+    write_manifest(work, MANIFEST_FILE, manifest, STORE_FILES)  # last: marks the store complete
 
 
 def _record_at(records: Any, offsets: np.ndarray, nbytes: int, row: int) -> tuple[str, str, str]:

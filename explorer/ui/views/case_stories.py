@@ -691,33 +691,39 @@ def _targ(trace: Trace, beside: Trace | None) -> Told:
     return told
 
 
+def _dragin_story(method: str, tell: Callable[[Trace, Trace | None], Told], story: str, *,
+                  figure: str = "appendix C") -> CaseStory:
+    """A run of ``method`` (its registry name) on the question of DRAGIN's case study (appendix C)."""
+    return CaseStory(f"dragin-{method}", "DRAGIN", figure, story, tell)
+
+
 def _beside_dragin_story(method: str, arxiv: str, tell: Callable[[Trace, Trace | None], Told],
                          how: str) -> CaseStory:
     """A newer method's run on DRAGIN's case-study question, told beside DRAGIN's; ``how`` says how it decides."""
-    return CaseStory(f"dragin-{method.lower()}", "DRAGIN", f"appendix C ({method}, arXiv {arxiv})",
-                     f"The same question with {method}, {how} DRAGIN's run on the same question and model is shown "
-                     "beside it.", tell)
+    return _dragin_story(method.lower(), tell, f"The same question with {method}, {how} DRAGIN's run on the same "
+                         "question and model is shown beside it.", figure=f"appendix C ({method}, arXiv {arxiv})")
 
 
 STORIES: dict[str, CaseStory] = {s.key: s for s in (
-    CaseStory("dragin-wo", "DRAGIN", "appendix C",
-              "The case study begins with what the model writes on its own: it names the arena where the Lewiston "
-              "Maineiacs played but invents its seating capacity. That made-up number is what DRAGIN later catches.",
-              _without_retrieval),
-    CaseStory("dragin-sr", "DRAGIN", "appendix C",
-              "The paper's case study has no single-round run. One search with the question before writing "
-              "(SR-RAG) is the baseline of the paper's tables; it is here so the dynamic runs can be set against it.",
-              _single),
-    CaseStory("dragin-flare", "DRAGIN", "appendix C",
-              "The paper sets FLARE beside DRAGIN on the same question: several tokens of FLARE's first sentence "
-              "(the town, the arena's name) are improbable, so it fires there and searches with that sentence minus "
-              "those words. The query loses what the model needed, brings back nothing useful, and the answer is "
-              "wrong.", _flare),
-    CaseStory("dragin-dragin", "DRAGIN", "appendix C",
-              "The model's first draft names the arena but invents its capacity. RIND (a token's uncertainty "
-              "weighted by how much later tokens attend to it) rises over θ on that number; QFS then builds a query "
-              "from the words the model attends to at that moment (the arena, “seating capacity”). The query brings "
-              "back the arena's article, and the rewritten sentence gives the right capacity, 3,677.", _dragin),
+    _dragin_story("wo", _without_retrieval,
+                  "The case study begins with what the model writes on its own: it names the arena where the "
+                  "Lewiston Maineiacs played but invents its seating capacity. That made-up number is what DRAGIN "
+                  "later catches."),
+    _dragin_story("sr", _single,
+                  "The paper's case study has no single-round run. One search with the question before writing "
+                  "(SR-RAG) is the baseline of the paper's tables; it is here so the dynamic runs can be set "
+                  "against it."),
+    _dragin_story("flare", _flare,
+                  "The paper sets FLARE beside DRAGIN on the same question: several tokens of FLARE's first "
+                  "sentence (the town, the arena's name) are improbable, so it fires there and searches with that "
+                  "sentence minus those words. The query loses what the model needed, brings back nothing useful, "
+                  "and the answer is wrong."),
+    _dragin_story("dragin", _dragin,
+                  "The model's first draft names the arena but invents its capacity. RIND (a token's uncertainty "
+                  "weighted by how much later tokens attend to it) rises over θ on that number; QFS then builds a "
+                  "query from the words the model attends to at that moment (the arena, “seating capacity”). The "
+                  "query brings back the arena's article, and the rewritten sentence gives the right capacity, "
+                  "3,677."),
     CaseStory("seakr-seakr", "SEAKR", "table 5",
               "The paper follows one reasoning step. The model's pseudo-generation gives Jodorowsky a wrong birth "
               "date, its sampled continuations disagree, and the uncertainty U of its hidden states is over δ, so "

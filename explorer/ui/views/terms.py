@@ -98,28 +98,32 @@ SIGNAL_TERMS: tuple[Term, ...] = (
          more="The page names each check by its event (filter 10); the verdicts are kept or dropped."),
 )
 
+
+def _method(registry: str, name: str, plain: str) -> Term:
+    """A method's entry: keyed by its registry name, found in running text by the name the page shows."""
+    return Term(f"method-{registry}", name, plain, _word(name))
+
+
 #: The methods, by the names the page shows (the method's registry name is the key's tail).
 METHOD_TERMS: tuple[Term, ...] = (
-    Term("method-wo", "wo-RAG", "Answers from what the model knows, never searches.", _word("wo-RAG")),
-    Term("method-sr", "SR-RAG", "Searches once with the question, then writes the answer.", _word("SR-RAG")),
-    Term("method-fl", "FL-RAG", "Searches again every few tokens, whatever the model writes.", _word("FL-RAG")),
-    Term("method-fs", "FS-RAG", "Searches again before every sentence.", _word("FS-RAG")),
-    Term("method-flare", "FLARE", "Searches when a word of the next sentence is improbable, with that sentence "
-         "minus those words.", _word("FLARE")),
-    Term("method-dragin", "DRAGIN", "Searches when an unsure token matters to what follows (RIND), with the words "
-         "it attends to (QFS).", _word("DRAGIN")),
-    Term("method-seakr", "SEAKR", "Searches when sampled continuations disagree (U over δ), keeps the passage "
-         "that lowers U most.", _word("SEAKR")),
-    Term("method-blendfilter", "BlendFilter", "Searches with three blended queries and lets the model drop the "
-         "passages that do not help.", _word("BlendFilter")),
-    Term("method-drrag", "DR-RAG", "Searches with the question, then with the question joined to each passage; a "
-         "classifier picks pairs.", _word("DR-RAG")),
-    Term("method-etc", "ETC", "Searches when the model's unsureness starts to rise, before a wrong word is "
-         "written.", _word("ETC")),
-    Term("method-targ", "TARG", "Writes one quick draft without passages and searches only if that draft was "
-         "unsure.", _word("TARG")),
-    Term("method-probing_rag", "Probing-RAG", "A small prober reads the model's hidden states and says whether "
-         "a search is needed.", _word("Probing-RAG")),
+    _method("wo", "wo-RAG", "Answers from what the model knows, never searches."),
+    _method("sr", "SR-RAG", "Searches once with the question, then writes the answer."),
+    _method("fl", "FL-RAG", "Searches again every few tokens, whatever the model writes."),
+    _method("fs", "FS-RAG", "Searches again before every sentence."),
+    _method("flare", "FLARE", "Searches when a word of the next sentence is improbable, with that sentence "
+            "minus those words."),
+    _method("dragin", "DRAGIN", "Searches when an unsure token matters to what follows (RIND), with the words "
+            "it attends to (QFS)."),
+    _method("seakr", "SEAKR", "Searches when sampled continuations disagree (U over δ), keeps the passage "
+            "that lowers U most."),
+    _method("blendfilter", "BlendFilter", "Searches with three blended queries and lets the model drop the "
+            "passages that do not help."),
+    _method("drrag", "DR-RAG", "Searches with the question, then with the question joined to each passage; a "
+            "classifier picks pairs."),
+    _method("etc", "ETC", "Searches when the model's unsureness starts to rise, before a wrong word is written."),
+    _method("targ", "TARG", "Writes one quick draft without passages and searches only if that draft was unsure."),
+    _method("probing_rag", "Probing-RAG", "A small prober reads the model's hidden states and says whether "
+            "a search is needed."),
 )
 
 TERMS: dict[str, Term] = {t.key: t for t in (*SIGNAL_TERMS, *METHOD_TERMS)}
