@@ -7,6 +7,9 @@ against numbers computed here by the textbook definitions, not read back from th
 
 from __future__ import annotations
 
+import html
+import json
+import re
 import statistics
 from pathlib import Path
 
@@ -21,6 +24,9 @@ from explorer.methods.targ.variance import mean_logprob, variance
 from explorer.runtime import Runtime
 from explorer.store import RunStore
 from explorer.trace import Trace
+from explorer.ui.views import case_stories
+from explorer.ui.views.render import render_run, theta_range
+from explorer.ui.views.view import ViewOptions
 
 QUESTION = "Who lived longer, Alejandro Jodorowsky or Philip Saville?"
 BASE = {"gate": "variance", "max_length": 16, "answer_tokens": 4, "prefix_tokens": 6, "prefixes": 4}
@@ -129,3 +135,25 @@ def test_the_variance_gate_runs_from_the_cli(tmp_path: Path, capsys: pytest.Capt
     unit = check["units"][0]
     assert len(unit["prefixes"]) + unit["empty_prefixes"] == 3
     assert unit["sampling"]["seed"] == 3
+
+
+def _figure(markup: str) -> dict:
+    found = re.search(r'data-name="signal" style="[^"]*" data-fig="([^"]*)"', markup)
+    assert found, "no decision chart in the view"
+    return json.loads(html.unescape(found.group(1)))
+
+
+def test_the_page_draws_the_variance_as_the_decision_and_tells_it(tiny_runtime) -> None:
+    trace = _run(tiny_runtime, threshold=0.0)
+    unit = _unit(trace)
+    markup = render_run(trace, ViewOptions(interactive=True))
+    fig = _figure(markup)
+    assert fig["data"][0]["y"] == pytest.approx([unit["value"]])  # one bar: the question's variance
+    assert fig["layout"]["yaxis"]["title"]["text"] == "prefix variance"
+    assert "Decision signal: prefix variance" in markup
+    assert "how much a few drafts sampled without passages differ" in html.unescape(markup)
+    lo, hi, _, recorded = theta_range(trace)
+    assert recorded == 0.0 and lo <= unit["value"] <= hi
+    told = case_stories._targ(trace, None)
+    said = " ".join(told.facts)
+    assert f"its {len(unit['prefixes'])} sampled prefixes was" in said and "over τ = 0" in said

@@ -25,14 +25,13 @@ Chosen where the abstract gives no constant:
 * ``prefix_tokens = 20`` (the low end of "tens");
 * with the gate shut the answer continues the draft (greedy, so the same text a fresh no-context
   answer would start with, without writing it twice); with the gate open the draft is discarded
-  and the answer is written with the question's passages.
-
+  and the answer is written with the question's passages;
 * the variance gate, where the text read states no quantity, N or temperature: N = 5 prefixes
   (``prefixes``, the middle of "a handful"), as long as the draft, sampled at ``temperature`` 1.0
   from the raw distribution with the run's ``seed``; the score is the sample variance of each
   prefix's mean token log-probability (nats²). There is no model-free τ for it and the presets
-  are the margin's (they are keyed per method, not per gate), so a variance run sets τ itself:
-  on the embedded model a variance is a few hundredths of a nat² (docs/recent-methods.md).
+  are the margin's (they are keyed per method, not per gate), so a variance run sets τ itself
+  from the distribution ``benchmarks/calibrate_targ_variance.py`` prints (docs/recent-methods.md).
 
 The trace holds the draft (a generation event whose tokens carry ``entropy`` and ``margin``), the
 check with the chosen score as its one unit (and the draft's two scores, and the per-token
