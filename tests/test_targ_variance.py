@@ -157,3 +157,16 @@ def test_the_page_draws_the_variance_as_the_decision_and_tells_it(tiny_runtime) 
     told = case_stories._targ(trace, None)
     said = " ".join(told.facts)
     assert f"its {len(unit['prefixes'])} sampled prefixes was" in said and "over τ = 0" in said
+
+
+def test_each_gate_gets_its_own_preset_or_the_model_free_default() -> None:
+    """τ is read on the chosen gate's scale: the margin's preset must not reach a variance run."""
+    from explorer.methods.resolve import resolve_config
+
+    smol = "SmolLM2-135M-Instruct"
+    cases = [({}, 0.4, "preset"), ({"gate": "variance"}, 0.6, "preset"), ({"gate": "entropy"}, 0.5, "paper"),
+             ({"gate": "variance", "threshold": "0.2"}, 0.2, "user")]
+    for given, tau, source in cases:
+        resolved = resolve_config("targ", None, smol, given)
+        assert (resolved.config.threshold, resolved.sources["threshold"]) == (tau, source), given
+    assert resolve_config("targ", None, "Gemma-3-270M", {"gate": "variance"}).sources["threshold"] == "paper"

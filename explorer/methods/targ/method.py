@@ -29,9 +29,9 @@ Chosen where the abstract gives no constant:
 * the variance gate, where the text read states no quantity, N or temperature: N = 5 prefixes
   (``prefixes``, the middle of "a handful"), as long as the draft, sampled at ``temperature`` 1.0
   from the raw distribution with the run's ``seed``; the score is the sample variance of each
-  prefix's mean token log-probability (nats²). There is no model-free τ for it and the presets
-  are the margin's (they are keyed per method, not per gate), so a variance run sets τ itself
-  from the distribution ``benchmarks/calibrate_targ_variance.py`` prints (docs/recent-methods.md).
+  prefix's mean token log-probability (nats²). τ is read on the chosen gate's scale, so the
+  presets are per gate (:data:`explorer.methods.presets.BY_CHOICE`; SmolLM2's variance τ = 0.6
+  comes from ``benchmarks/calibrate_targ_variance.py``); without one the model-free 0.5 applies.
 
 The trace holds the draft (a generation event whose tokens carry ``entropy`` and ``margin``), the
 check with the chosen score as its one unit (and the draft's two scores, and the per-token
