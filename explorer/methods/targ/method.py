@@ -42,6 +42,7 @@ log-probabilities and entropies, and its mean), and a trigger event when the gat
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from explorer.config import param
 from explorer.engine.generation import Generation
@@ -63,7 +64,7 @@ class TargConfig(common.RetrievalConfig):
                            "variance of a few sampled prefixes' mean log-probability")
     threshold: float = param(0.5, lo=0.0, hi=100.0,
                              help="τ: retrieve when the gate's score exceeds it (margin in (0, 1], entropy in nats, "
-                                  "variance in nats²; 0.5 is the margin's default, set it when changing the gate)")
+                                  "variance in nats²; a model's preset is per gate)")
     prefix_tokens: int = param(20, lo=1, hi=256, help="tokens of the no-context draft the gate scores")
     prefixes: int = param(5, lo=2, hi=32, help="variance gate: N, the stochastic prefixes sampled (as long as the "
                                                  "draft)")
@@ -107,7 +108,7 @@ class Targ(Method, name="targ", config=TargConfig,
         margins = [t.signals.get(signals.MARGIN.id) for t in draft.tokens]
         entropies = [t.entropy for t in draft.tokens]
         scores: dict[str, float | None] = {"margin": mean(margins), "entropy": mean(entropies)}
-        unit: dict = {"text": draft.text, "gate": cfg.gate, "margins": margins, "entropies": entropies}
+        unit: dict[str, Any] = {"text": draft.text, "gate": cfg.gate, "margins": margins, "entropies": entropies}
         if cfg.gate == "variance":
             drawn = variance.draw(self.engine, rec, prompts.build_prompt(question, shots=shots), n=cfg.prefixes,
                                   max_new_tokens=min(cfg.prefix_tokens, cfg.max_length),
@@ -123,8 +124,8 @@ class Targ(Method, name="targ", config=TargConfig,
         signal = SIGNALS[cfg.gate]
         unit.update(value=score, eligible=score is not None, scores=scores)
         fired = 0 if score is not None and score > cfg.threshold else None
-        what = ("the variance of its sampled prefixes' mean log-probability" if cfg.gate == "variance"
-                else f"the no-context draft's mean {cfg.gate}")
+        what = (f"the variance of {cfg.prefixes} prefixes sampled without passages (each one's mean "
+                "log-probability)" if cfg.gate == "variance" else f"the no-context draft's mean {cfg.gate}")
         fired = common.check(rec, span=draft.event_id, signal=signal, threshold=cfg.threshold,
                              compare=">", units=[unit], fired=fired, unit="question", gate=cfg.gate,
                              rule=f"retrieve once, before answering, when {what} exceeds the threshold")
