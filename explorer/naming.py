@@ -41,6 +41,9 @@ PLAIN = {
                    "second choice came to its first (near 1 = torn between two tokens, near 0 = sure)",
     "mean entropy": "TARG's entropy: how spread out the model's guesses were, on average over a short draft written "
                     "without passages (high = unsure)",
+    "prefix variance": "TARG's variance: how much a few drafts sampled without passages differ in how likely the "
+                       "model found their words (the variance of each draft's mean log-probability; high = its "
+                       "possible openings disagree)",
 }
 
 

@@ -96,7 +96,9 @@ OTHERS = [("seakr", "paper", {"k": 2, "step_tokens": 5, "max_steps": 1, "candida
                                  "answer_tokens": 4, "compare_estimators": False}),
           ("blendfilter", "paper", {"top_k": 2, "max_length": 16, "internal_tokens": 8, "filter_tokens": 4,
                                     "answer_tokens": 4}),
-          ("drrag", "paper", {"k": 3, "k1": 1, "k2": 3, "max_length": 16, "answer_tokens": 4})]
+          ("drrag", "paper", {"k": 3, "k1": 1, "k2": 3, "max_length": 16, "answer_tokens": 4}),
+          ("targ", "paper", {"gate": "variance", "prefixes": 2, "prefix_tokens": 4, "max_length": 16,
+                             "answer_tokens": 4})]
 
 
 @pytest.mark.parametrize(("method", "variant", "config"), OTHERS)

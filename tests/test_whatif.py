@@ -100,6 +100,7 @@ def _replay_reproduces(trace, threshold):
     ("flare", "reference", {"threshold": 0.5}),
     ("etc", "paper", {"threshold": 0.0}),
     ("targ", "paper", {"threshold": 0.5}),
+    ("targ", "paper", {"threshold": 0.0, "gate": "variance", "prefixes": 3, "prefix_tokens": 6}),
     # 0.0 fires on every answer until the cap: the capped last check must replay as capped too
     ("probing_rag", "paper", {"threshold": 0.0, "max_retrievals": 2}),
 ])

@@ -28,7 +28,7 @@ def _range(field: dict) -> str:
 def run(args: argparse.Namespace) -> int:
     from explorer.methods import METHODS
     from explorer.methods.base import get_method
-    from explorer.methods.presets import PRESETS
+    from explorer.methods.presets import BY_CHOICE, PRESETS
 
     names = [get_method(args.name).name] if args.name else sorted(METHODS)
     for name in names:
@@ -42,4 +42,9 @@ def run(args: argparse.Namespace) -> int:
             for (method, variant), values in by_method.items():
                 if method == name:
                     print(f"  preset for {model} ({variant}): {values}")
+        for model, by_method in BY_CHOICE.items():
+            for (method, variant), by_field in by_method.items():
+                for chosen, by_value in by_field.items():
+                    for choice, values in by_value.items() if method == name else ():
+                        print(f"  preset for {model} ({variant}, {chosen}={choice}): {values}")
     return 0

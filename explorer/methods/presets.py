@@ -9,6 +9,7 @@ trace says which values came from a preset, so nothing changes silently.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 #: model name (as the trace's model fingerprint records it) -> (method, variant) -> values
@@ -18,11 +19,8 @@ PRESETS: dict[str, dict[tuple[str, str], dict[str, Any]]] = {
         # On 10 demo questions drafted without retrieval (benchmarks/calibrate_etc_targ.py) ETC's
         # per-question largest indicator (attention x smoothed Δ²H) has quartiles 4.64 / 6.90 / 9.12:
         # the authors' θ = 1.3 (Llama-3-8B) fires on every question, θ = 4.6 on about three in four,
-        # as DRAGIN's 0.3 does. TARG's mean margin over a 20-token draft has quartiles 0.24 / 0.29 /
-        # 0.40: τ = 0.5 retrieves for 1 in 10, τ = 0.4 for 2 in 10 (a retrieval budget of about 20%,
-        # within the paper's 70-90% fewer retrievals than retrieving always).
+        # as DRAGIN's 0.3 does. TARG's presets are per gate (BY_CHOICE below).
         ("etc", "paper"): {"threshold": 4.6},
-        ("targ", "paper"): {"threshold": 0.4},
     },
     # The per-question maximum RIND on the demo questions is about half SmolLM2's (median 0.215
     # against 0.421; θ = 1.2 fires on none of 41): θ = 0.12, its lower quartile, fires on about
@@ -37,6 +35,34 @@ PRESETS: dict[str, dict[tuple[str, str], dict[str, Any]]] = {
 }
 
 
-def preset_for(model_name: str, method: str, variant: str) -> dict[str, Any]:
-    """The preset values for this model, method and variant (empty when there is none)."""
-    return dict(PRESETS.get(model_name, {}).get((method, variant), {}))
+#: Presets that hold for one choice of a field only: model -> (method, variant) -> field -> choice -> values.
+#: TARG's τ is read on the scale of the chosen gate (a margin in (0, 1], a variance in nats²), so a
+#: τ measured for one gate must not reach a run of another; a gate without an entry keeps the
+#: config's model-free default.
+BY_CHOICE: dict[str, dict[tuple[str, str], dict[str, dict[Any, dict[str, Any]]]]] = {
+    "SmolLM2-135M-Instruct": {
+        # 10 demo questions drafted without retrieval (benchmarks/calibrate_etc_targ.py,
+        # benchmarks/calibrate_targ_variance.py). The mean margin over a 20-token draft has quartiles
+        # 0.24 / 0.29 / 0.40: τ = 0.5 retrieves for 1 in 10, τ = 0.4 for 2 in 10 (a retrieval budget
+        # of about 20%, within the paper's 70-90% fewer retrievals than retrieving always). The
+        # variance of 5 prefixes' mean log-probability (seed 0) has quartiles 0.32 / 0.50 / 0.60:
+        # τ = 0.6 retrieves for 2 in 10, the margin preset's budget (the margin's 0.4 would retrieve
+        # for 7 in 10).
+        ("targ", "paper"): {"gate": {"margin": {"threshold": 0.4}, "variance": {"threshold": 0.6}}},
+    },
+}
+
+
+def preset_for(model_name: str, method: str, variant: str,
+               chosen: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The preset values for this model, method and variant (empty when there is none).
+
+    ``chosen`` is the run's value of each field before presets (the user's, else the variant's,
+    else the config's default); a preset of :data:`BY_CHOICE` applies when its field's value there
+    is its choice.
+    """
+    values = dict(PRESETS.get(model_name, {}).get((method, variant), {}))
+    for name, by_value in BY_CHOICE.get(model_name, {}).get((method, variant), {}).items():
+        if chosen is not None and name in chosen:
+            values.update(by_value.get(chosen[name], {}))
+    return values

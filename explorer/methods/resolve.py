@@ -63,7 +63,8 @@ def resolve_config(method: str, variant: str | None, model: str | None,
         return ResolvedConfig(method, variant, given, {f.name: "user" for f in fields(given)})
     user = dict(given or {})
     variant_defaults = {k: v for k, v in cls.variant_defaults.get(variant, {}).items() if k not in user}
-    preset = {k: v for k, v in preset_for(model or "", method, variant).items() if k not in user}
+    chosen = {**{f.name: f.default for f in fields(cls.Config)}, **variant_defaults, **user}
+    preset = {k: v for k, v in preset_for(model or "", method, variant, chosen).items() if k not in user}
     config = cls.Config.from_dict({**variant_defaults, **preset, **user})
     sources = {}
     for f in fields(config):

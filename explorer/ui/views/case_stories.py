@@ -676,7 +676,12 @@ def _targ(trace: Trace, beside: Trace | None) -> Told:
         unit = (check.payload.get("units") or [{}])[0]
         then = ("searched once, with the question, and wrote the answer with the passages" if opened
                 else "answered without searching")
-        told.facts.append(f"The draft's {check.payload.get('signal')} was {fmt(unit.get('value'))}, "
+        if unit.get("gate") == "variance":
+            scored = (f"The variance of the mean log-probability of its {len(unit.get('prefixes') or [])} sampled "
+                      "prefixes")
+        else:
+            scored = f"The draft's {check.payload.get('signal')}"
+        told.facts.append(f"{scored} was {fmt(unit.get('value'))}, "
                           f"{'over' if opened else 'not over'} τ = {fmt(check.payload.get('threshold'))}, so TARG "
                           f"{then}.")
     if draft is not None:

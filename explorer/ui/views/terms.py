@@ -71,8 +71,8 @@ SIGNAL_TERMS: tuple[Term, ...] = (
          more="It works like θ: the what-if slider moves δ for a SEAKR run."),
     Term("tau", "τ (TARG's threshold)", "The line TARG's draft score must cross for it to search at all: "
          "TARG's paper writes τ where the others write θ.", "τ",
-         more="TARG scores one short draft written without passages (its mean margin or entropy); over τ it "
-              "searches once, otherwise it answers from the draft."),
+         more="TARG scores one short draft written without passages (its mean margin or entropy, or how much a "
+              "few sampled drafts differ); over τ it searches once, otherwise it answers from the draft."),
     Term("qdc", "QDC (question joined to a passage)", "DR-RAG's second search: the question joined to each "
          "passage found first, to find a passage the question alone misses.", _word("QDC")),
     Term("cfs", "CFS (forward selection)", "DR-RAG's pick of the second-stage passages: for each first-stage "
