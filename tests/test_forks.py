@@ -35,6 +35,9 @@ CONFIGS = {
     "fs": {"max_length": 30},
     "blendfilter": {"max_length": 20},
     "drrag": {"max_length": 20},
+    "etc": {"threshold": 0.0, "max_rounds": 2, "max_length": 30},
+    "targ": {"threshold": 0.0, "prefix_tokens": 8, "max_length": 20},
+    "probing_rag": {"threshold": 0.0, "max_retrievals": 1, "max_length": 12},
 }
 _VOLATILE = ("seconds", "replayed", "t", "inherited")
 #: Payload keys holding event ids, which shift by one after a fork's marker event.
@@ -191,6 +194,40 @@ def test_suppressing_a_triggered_retrieval_lets_the_method_go_on_without_it(pare
     assert not any(e.kind == "truncation" and e.payload["span"] == check.payload["span"] for e in child.events)
     assert written_tokens(child, check.payload["span"])[:len(parent.events[check.payload["span"]].payload["tokens"])] \
         == [t["text"] for t in parent.events[check.payload["span"]].payload["tokens"]]
+
+
+def test_a_decision_on_the_whole_draft_or_answer_can_be_forced_and_suppressed(parents, tiny_runtime) -> None:
+    """TARG gates once on its draft, Probing-RAG once per answer: any token of that span names the decision."""
+    shut = run_question("targ", QUESTION, tiny_runtime, config={**CONFIGS["targ"], "threshold": 1.0},
+                        raise_errors=True)
+    gate = next(e for e in shut.events if e.kind == "check")
+    assert gate.payload["fired"] is None and not shut.of_kind("retrieval")
+    child = fork_run(shut, ForkPlan(shut.run_id, ForkPoint(span=gate.payload["span"], token=3),
+                                    ForkChange("force_retrieval")), tiny_runtime, raise_errors=True)
+    marker = _prefix_is_parents(shut, child)
+    forced = next(e for e in child.events[marker:] if e.kind == "check")
+    assert forced.payload["fired"] == 0 and forced.payload["fork_override"]["method_fired"] is None
+    assert child.of_kind("retrieval") and child.status == "complete" and child.answer is not None
+
+    for method in ("targ", "probing_rag"):
+        parent = parents[method]
+        first = next(e for e in parent.events if e.kind == "retrieval")
+        child = fork_run(parent, ForkPlan(parent.run_id, ForkPoint(retrieval=first.id),
+                                          ForkChange("suppress_retrieval")), tiny_runtime, raise_errors=True)
+        marker = _prefix_is_parents(parent, child)
+        check = next(e for e in child.events[marker:] if e.kind == "check")
+        assert check.payload["fired"] is None and check.payload["fork_override"]["method_fired"] == 0, method
+        assert not child.of_kind("retrieval") and child.status == "complete", method
+
+
+def test_a_token_of_a_whole_word_decision_is_refused_with_what_to_do_instead(parents) -> None:
+    parent = parents["etc"]
+    check = next(e for e in parent.events if e.kind == "check")
+    with pytest.raises(ConfigError) as err:
+        resolve(parent, ForkPlan(parent.run_id, ForkPoint(span=check.payload["span"], token=0),
+                                 ForkChange("force_retrieval")))
+    assert "whole words" in str(err.value) and "suppress or edit" in err.value.fix
+    assert "paper variant" not in err.value.fix  # it is the paper variant
 
 
 def test_suppressing_a_scheduled_retrieval_gives_no_passages(parents, tiny_runtime) -> None:

@@ -24,8 +24,9 @@ CHANGES = ("force_retrieval", "suppress_retrieval", "edit_query", "edit_passages
 TOKEN_CHANGES = ("force_retrieval", "set_params", "none")
 RETRIEVAL_CHANGES = ("suppress_retrieval", "edit_query", "edit_passages", "none")
 
-#: Methods' reference variants decide on whole sentences built by the authors' rules; a token
-#: cannot be forced into them (their retrievals can still be suppressed or edited).
+#: Checks on whole words or sentences built by the authors' rules (DRAGIN's reference variant, ETC): the
+#: query is built from the words that crossed the threshold, so a token cannot be forced into them
+#: (their retrievals can still be suppressed or edited).
 _UNFORCEABLE_UNITS = ("word", "sentence")
 
 
@@ -170,6 +171,8 @@ def _unit_of(check: Event, token: int) -> int:
     unit = p.get("unit", "token")
     if unit == "step":
         return 0
+    if len(units) == 1 and not isinstance(units[0].get("tokens"), list):
+        return 0  # one decision on the whole span (TARG's draft, Probing-RAG's answer): any of its tokens
     for i, u in enumerate(units):
         rng = u.get("tokens")
         if isinstance(rng, list) and len(rng) == 2 and int(rng[0]) <= token < int(rng[1]):
@@ -180,14 +183,20 @@ def _unit_of(check: Event, token: int) -> int:
                       where="fork point", fix="choose a token the method checked (the look-ahead sentence for FLARE)")
 
 
-def _trigger_before(parent: Trace, query_id: int) -> Event | None:
-    """The trigger that led to the search whose query event is ``query_id`` (none for scheduled searches)."""
+def _decision_before(parent: Trace, query_id: int) -> Event | None:
+    """The check that led to the search whose query event is ``query_id`` (none for scheduled searches).
+
+    Its trigger names it where the method records one; otherwise (Probing-RAG) it is the last check
+    since the previous retrieval that fired."""
+    fired_check = None
     for e in reversed(parent.events[:query_id]):
         if e.kind == "retrieval":
-            return None
+            break
         if e.kind == "trigger":
-            return e
-    return None
+            return _check_of(parent, e.payload.get("span"))
+        if e.kind == "check" and e.payload.get("fired") is not None and fired_check is None:
+            fired_check = e
+    return fired_check
 
 
 def resolve(parent: Trace, plan: ForkPlan) -> Divergence:
@@ -201,8 +210,7 @@ def resolve(parent: Trace, plan: ForkPlan) -> Divergence:
         if change.kind in ("edit_query",) and not (change.query or "").strip():
             raise ConfigError("the edited query is empty", where="query", fix="type the query to search with")
         if change.kind == "suppress_retrieval":
-            trigger = _trigger_before(parent, point.retrieval - 1)
-            check = _check_of(parent, trigger.payload.get("span")) if trigger is not None else None
+            check = _decision_before(parent, point.retrieval - 1)
             if check is not None:
                 return Divergence("check", check.payload["span"], override=True, fired=None)
         return Divergence("search", point.retrieval)
@@ -230,9 +238,10 @@ def resolve(parent: Trace, plan: ForkPlan) -> Divergence:
                                           "retrievals instead (suppress it, edit its query or its passages)")
     if check.payload.get("unit", "token") in _UNFORCEABLE_UNITS:
         unit_name = check.payload.get("unit")
-        raise ConfigError(f"the {parent.variant} variant of {parent.method} decides on whole {unit_name}s "
-                          "with the authors' rules, so a single token cannot be forced", where="fork point",
-                          fix="fork the paper variant, or suppress or edit one of this run's retrievals")
+        other = ", or fork a run of its paper variant" if parent.variant != "paper" else ""
+        raise ConfigError(f"{parent.method} ({parent.variant} variant) decides on whole {unit_name}s with the "
+                          "authors' rules, so a single token cannot be forced", where="fork point",
+                          fix=f"suppress or edit one of this run's retrievals{other}")
     unit = _unit_of(check, point.token)
     if check.payload.get("fired") == unit and not change.query:
         raise ConfigError(f"retrieval already fired at this point of span {span.id}", where="fork point",

@@ -58,10 +58,13 @@ def _note_defaults(rec: TraceRecorder, cls: type[Method], resolved: ResolvedConf
 
 
 def _opening_notes(trace: Trace) -> list[Event]:
-    """The notes a run starts with (where its config values came from), before the method's first step."""
+    """The notes a run starts with saying where its config values came from (:func:`_note_defaults`).
+
+    A note the method itself writes before its first step (Probing-RAG names its prober) is not one of
+    them: the fork's method writes it again, so copying it too would shift every later event id."""
     notes = []
     for event in trace.events:
-        if event.kind != "note":
+        if event.kind != "note" or "paper_defaults" not in event.payload:
             break
         notes.append(event)
     return notes
