@@ -197,7 +197,7 @@ def test_a_caption_link_scrolls_to_and_highlights_its_target_in_chromium() -> No
     style = (assets / "explorer.css").read_text(encoding="utf-8")
     script = (assets / "explorer.js").read_text(encoding="utf-8")
     with browser_context() as context:
-        for key in ("dragin-dragin", "blendfilter-blendfilter", "drrag-drrag"):
+        for key in ("dragin-dragin", "blendfilter-blendfilter", "drrag-drrag", "dragin-probing_rag"):
             page = context.new_page()  # a fresh document: the script binds its listener once per page
             item = SHELF.item(key)
             view = render_runs([SHELF.trace(i.key) for i in SHELF.shown_with(item)])
