@@ -119,6 +119,30 @@ def test_each_caption_links_to_an_element_of_the_rendered_run() -> None:
     assert links.shown_for(drrag, SHELF).ids == [SHELF.item("drrag-sr").run_id, drrag.run_id]
 
 
+def test_the_probing_rag_caption_tells_each_reading_of_its_prober_beside_dragins_decision() -> None:
+    from explorer.methods.probing_rag.prober import SHIPPED
+    from explorer.ui.views.html import fmt
+
+    trace, item = SHELF.trace("dragin-probing_rag"), SHELF.item("dragin-probing_rag")
+    dragin = SHELF.trace("dragin-dragin")
+    assert item.beside == "dragin-dragin" and item.model == dragin.model["name"]  # the same model as DRAGIN's run
+    caption = told("dragin-probing_rag")
+    checks = [e for e in trace.of_kind("check") if e.payload["signal"] == "prober_p"]
+    assert checks and all((SHIPPED / e.payload["prober"] / "manifest.json").is_file() for e in checks)
+    readings = [f for f in caption.facts if f.startswith("The prober read layer")]
+    assert len(readings) == len(checks)  # one sentence per reading, in order, with the trace's own numbers
+    for fact, check in zip(readings, checks, strict=True):
+        p, value = check.payload, check.payload["units"][0]["value"]
+        assert f"layer {p['layer']} " in fact and f"P(needs retrieval) = {fmt(value)}" in fact
+        assert f"θ = {fmt(p['threshold'])}" in fact and (", over θ" in fact) == (value > p["threshold"])
+        assert ("searched with" in fact) == (p["fired"] is not None)
+    counts = f"Probing-RAG searched {trace.costs.retrievals} time"
+    assert any(f.startswith(counts) and f"DRAGIN {dragin.costs.retrievals} time" in f for f in caption.facts)
+    differ = next(b for b in caption.beats if b.text.startswith("its decisions differ from DRAGIN's"))
+    assert differ.holds == (trace.costs.retrievals != dragin.costs.retrievals)
+    assert caption.look.chain[1] == ("data-span", str(checks[0].payload["span"]))
+
+
 def test_the_caption_escapes_model_and_corpus_text() -> None:
     trace = copy.deepcopy(SHELF.trace("dragin-dragin"))
     evil = '<img src=x onerror="alert(1)">'
@@ -173,7 +197,7 @@ def test_a_caption_link_scrolls_to_and_highlights_its_target_in_chromium() -> No
     style = (assets / "explorer.css").read_text(encoding="utf-8")
     script = (assets / "explorer.js").read_text(encoding="utf-8")
     with browser_context() as context:
-        for key in ("dragin-dragin", "blendfilter-blendfilter", "drrag-drrag"):
+        for key in ("dragin-dragin", "blendfilter-blendfilter", "drrag-drrag", "dragin-probing_rag"):
             page = context.new_page()  # a fresh document: the script binds its listener once per page
             item = SHELF.item(key)
             view = render_runs([SHELF.trace(i.key) for i in SHELF.shown_with(item)])

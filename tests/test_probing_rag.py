@@ -3,6 +3,8 @@ and the error when no prober matches the model."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -83,3 +85,26 @@ def test_prober_probability_matches_a_recomputation_by_hand(tiny_runtime, tmp_pa
         p = torch.sigmoid(normed @ state["linear.weight"][0] + state["linear.bias"][0]).item()
         assert check.payload["units"][0]["value"] == pytest.approx(p, abs=1e-4)
         assert (check.payload["fired"] is not None) == (p > threshold and check.payload["round"] < 2)
+
+
+@pytest.mark.parametrize("folder", sorted(p.name for p in prober_mod.SHIPPED.iterdir() if p.is_dir()))
+def test_each_shipped_prober_loads_and_records_how_it_was_trained(folder: str) -> None:
+    from types import SimpleNamespace
+
+    path = prober_mod.SHIPPED / folder
+    made = prober_mod.read_prober(path)
+    m = made.manifest
+    shape = re.fullmatch(r"(.+)-h(\d+)-l(\d+)", folder)
+    assert shape is not None, folder
+    name, hidden, layers = shape.group(1), int(shape.group(2)), int(shape.group(3))
+    assert made.key == folder and m["hidden_size"] == hidden and 0 <= made.layer < layers
+    command = m["trained_by"]
+    assert command.startswith("python -m explorer train-prober --model ")
+    assert f"--questions {m['questions']} " in command and command.endswith(f"--seed {m['seed']}")
+    assert len(m["data_sha256"]) == 64 and m["train"] + m["held_out"] == m["questions"]
+    assert 0.0 <= m["held_out_accuracy"] <= 1.0 and 0.5 <= m["held_out_majority"] <= 1.0
+    # the method's own lookup finds it for a model of that name and shape (as a loaded model's config names it)
+    config = SimpleNamespace(_name_or_path=f"some/where/{name}", hidden_size=hidden, num_hidden_layers=layers)
+    found = prober_mod.load_prober(config, folder=prober_mod.SHIPPED)
+    x = torch.randn(hidden)
+    assert found.key == folder and found.probability(x) == pytest.approx(made.probability(x), abs=1e-7)

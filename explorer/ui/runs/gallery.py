@@ -32,7 +32,7 @@ INDEX = "index.json"
 ITEMS: tuple[tuple[str, str], ...] = (
     ("dragin", "wo"), ("dragin", "sr"), ("dragin", "flare"), ("dragin", "dragin"),
     ("seakr", "seakr"), ("blendfilter", "blendfilter"), ("drrag", "sr"), ("drrag", "drrag"),
-    ("dragin", "etc"), ("dragin", "targ"),
+    ("dragin", "etc"), ("dragin", "targ"), ("dragin", "probing_rag"),
 )
 #: The embedded model each item is recorded on (``embedded`` = SmolLM2-135M-Instruct when not listed):
 #: the one of the two whose run shows the paper's mechanism better, compared on both (README,
@@ -45,9 +45,11 @@ MODELS: dict[str, str] = {
     "blendfilter-blendfilter": "gemma3-270m",  # SmolLM2's external augmentation comes back empty
     "dragin-etc": "gemma3-270m",  # the model of DRAGIN's run, so the two decisions compare
     "dragin-targ": "gemma3-270m",
+    "dragin-probing_rag": "gemma3-270m",  # with its own prober (explorer/data/probers/gemma-3-270m-h640-l18)
 }
 #: A run shown beside an item when it opens: the contrast its paper draws (DR-RAG against one-shot retrieval).
-BESIDE: dict[str, str] = {"drrag-drrag": "drrag-sr", "dragin-etc": "dragin-dragin", "dragin-targ": "dragin-dragin"}
+BESIDE: dict[str, str] = {"drrag-drrag": "drrag-sr", "dragin-etc": "dragin-dragin", "dragin-targ": "dragin-dragin",
+                          "dragin-probing_rag": "dragin-dragin"}
 #: Which paper each case study comes from, as the gallery titles it.
 CASE_TITLES = {"dragin": "DRAGIN", "seakr": "SEAKR", "blendfilter": "BlendFilter", "drrag": "DR-RAG"}
 #: The item the app opens with (the DRAGIN case study, DRAGIN's run).

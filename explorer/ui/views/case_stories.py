@@ -702,6 +702,73 @@ def _dragin_story(method: str, tell: Callable[[Trace, Trace | None], Told], stor
     return CaseStory(f"dragin-{method}", "DRAGIN", figure, story, tell)
 
 
+def _quote_end(text: Any, width: int = 80) -> str:
+    """Model text quoted by its end (where a long answer states its answer), one line, bounded."""
+    line = " ".join(str(text or "").split())
+    return quote(line, width) if len(line) <= width else f"“…{line[-(width - 1):].lstrip()}”"
+
+
+def _prober_reading(trace: Trace, check: Event, n: int) -> str:
+    """One reading of Probing-RAG's prober as a sentence: the answer read, its layer, P against θ, what followed."""
+    p = check.payload
+    unit = (p.get("units") or [{}])[0]
+    value, theta = unit.get("value"), p.get("threshold")
+    over = isinstance(value, (int, float)) and isinstance(theta, (int, float)) and value > theta
+    which = "its answer without passages" if n == 0 else f"its answer after search {n}"
+    if p.get("fired") is not None:
+        query = next((e for e in trace.of_kind("query") if e.id > check.id), None)
+        if query is None:
+            then = "so Probing-RAG searched"
+        elif query.payload.get("source") == "question":
+            then = "so Probing-RAG searched with the question"
+        else:
+            searched = _quote_end(query.payload.get("text"))
+            then = f"so Probing-RAG searched with the {query.payload.get('source')}, {searched}"
+    elif over:
+        then = "but its searches were spent, so Probing-RAG kept that answer"
+    else:
+        then = "so Probing-RAG kept that answer"
+    return (f"The prober read layer {p.get('layer')} of {which}, {_quote_end(unit.get('text'))}: P(needs retrieval) "
+            f"= {fmt(value)}, {'over' if over else 'not over'} θ = {fmt(theta)}, {then}.")
+
+
+def _probing_rag(trace: Trace, beside: Trace | None) -> Told:
+    told = Told()
+    checks = [e for e in trace.of_kind("check") if e.payload.get("signal") == "prober_p"]
+    told.facts += [_prober_reading(trace, check, n) for n, check in enumerate(checks)]
+    first = trace.events[int(checks[0].payload["span"])] if checks else None
+    if first is not None and first.kind == "generation":
+        told.look = token_look(trace, first.id, 0, "the first token of the answer the prober read first")
+    searches = trace.costs.retrievals
+    if beside is not None:
+        told.facts.append(f"Probing-RAG searched {searches} time{'s' if searches != 1 else ''}, DRAGIN "
+                          f"{beside.costs.retrievals} time{'s' if beside.costs.retrievals != 1 else ''}.")
+    _close_beside_dragin(told, trace, beside)
+    gold = gold_answers(trace)
+    # (states the gold answer, P over θ, fired) for each answer the prober read
+    read = [(contains_answer(str(unit.get("text") or ""), gold),
+             isinstance(unit.get("value"), (int, float)) and unit["value"] > c.payload.get("threshold", 1.0),
+             c.payload.get("fired") is not None)
+            for c in checks for unit in (c.payload.get("units") or [{}])[:1]]
+    right_over = [r for r in read if r[0] and r[1]]
+    told.beats = [
+        Check("Probing-RAG decides on whole answers, after writing them, where DRAGIN decides while writing",
+              beside is not None and bool(checks) and all(c.payload.get("unit") == "answer" for c in checks)),
+        Check("its decisions differ from DRAGIN's (how many searches)",
+              beside is not None and searches != beside.costs.retrievals),
+        Check("the prober flags the answer without passages, which does not state the gold answer",
+              bool(read) and not read[0][0] and read[0][2]),
+        Check("the prober keeps an answer once it states the gold answer",
+              any(r[0] for r in read) and not right_over),
+        Check("the answer is right", matches_gold(trace)),
+    ]
+    if right_over:
+        told.claims = [Check("The prober's P stayed over θ on answers that state the gold answer, so Probing-RAG "
+                             "searched again until its searches were spent.",
+                             bool(read) and read[-1][1] and not read[-1][2])]
+    return told
+
+
 def _beside_dragin_story(method: str, arxiv: str, tell: Callable[[Trace, Trace | None], Told],
                          how: str) -> CaseStory:
     """A newer method's run on DRAGIN's case-study question, told beside DRAGIN's; ``how`` says how it decides."""
@@ -757,6 +824,11 @@ STORIES: dict[str, CaseStory] = {s.key: s for s in (
     _beside_dragin_story("TARG", "2511.09803", _targ,
                          "which decides once, before answering: the model writes a short draft without passages, and "
                          "only if that draft is uncertain (its top two choices close, on average) does TARG search."),
+    CaseStory("dragin-probing_rag", "DRAGIN", "appendix C (Probing-RAG, arXiv 2410.13339)",
+              "The same question with Probing-RAG, which lets the model write its whole answer without passages, "
+              "then asks a small prober on one layer's hidden states whether that answer is likely wrong; only "
+              "then does it search, and it asks again after each new answer. DRAGIN's run on the same question and "
+              "model is shown beside it.", _probing_rag),
 )}
 
 
