@@ -117,10 +117,10 @@ def _low_thresholds(method: str) -> dict:
 #: The embedded-model runs' budgets beside ``max_length``. DRAGIN's reference variant gets one
 #: round: on this question its check fires in every round and each round is a 64-token draft and a
 #: 64-token continuation over a ~600-token prompt, so its default 12 rounds ran five (over three
-#: minutes). One round still drafts, fires, searches and continues; what later rounds decide is
-#: checked on the embedded model against the authors' rules by
+#: minutes). One round still drafts, fires, searches and continues; the variant's check and query on
+#: the embedded model are compared with the authors' rules by
 #: test_reference_oracle.py::test_three_embedded_model_prompts_decide_alike, and the loop's keeping
-#: and stopping rules by the tiny-model tests below and tests/test_reference_rules.py.
+#: and stopping rules are checked by the tiny-model tests below and tests/test_reference_rules.py.
 EMBEDDED_BUDGETS = {("dragin", "reference"): {"max_rounds": 1}}
 
 
