@@ -114,13 +114,14 @@ def _low_thresholds(method: str) -> dict:
             "etc": {"threshold": 0.0, "max_rounds": 3}}.get(method, {})
 
 
-#: The embedded-model runs' budgets beside ``max_length``. DRAGIN's reference variant gets one
-#: round: on this question its check fires in every round and each round is a 64-token draft and a
-#: 64-token continuation over a ~600-token prompt, so its default 12 rounds ran five (over three
-#: minutes). One round still drafts, fires, searches and continues; the variant's check and query on
-#: the embedded model are compared with the authors' rules by
-#: test_reference_oracle.py::test_three_embedded_model_prompts_decide_alike, and the loop's keeping
-#: and stopping rules are checked by the tiny-model tests below and tests/test_reference_rules.py.
+#: The embedded-model runs' budgets beside ``max_length``. DRAGIN's reference variant gets one round:
+#: on this question its check can fire in every round and each round is a 64-token draft and a 64-token
+#: continuation over a ~600-token prompt: run on its own outside the suite, its default 12 rounds ran
+#: five (178 s of CPU), and the test took 189 s in the last full run. One round still drafts, fires,
+#: searches and continues; the variant's check and query on the embedded model are compared with the
+#: authors' rules by test_reference_oracle.py::test_three_embedded_model_prompts_decide_alike, and the
+#: loop's keeping and stopping rules are checked by the tiny-model tests below and
+#: tests/test_reference_rules.py.
 EMBEDDED_BUDGETS = {("dragin", "reference"): {"max_rounds": 1}}
 
 
