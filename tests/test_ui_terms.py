@@ -107,6 +107,13 @@ def test_captions_and_decisions_render_their_words_as_terms() -> None:
         assert len(keys) == len(set(keys)), li
 
 
+def in_chromium(test):
+    """A browser test: slow, and skipped (saying how to install it) where Debian's chromium is missing."""
+    needs = pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                               reason=f"{CHROMIUM} is missing: `make browser` (apt-get install chromium)")
+    return pytest.mark.browser(pytest.mark.slow(needs(test)))
+
+
 #: A projector, and a phone as a student holds it (taps, not a mouse).
 PROJECTOR = {"viewport": {"width": 1280, "height": 720}}
 PHONE = {"viewport": {"width": 390, "height": 844}, "is_mobile": True, "has_touch": True, "device_scale_factor": 2}
@@ -129,10 +136,7 @@ def _open_case(page, url: str) -> None:
     page.wait_for_function("() => !document.querySelector('#run-view .dre-plot:not([data-done])')", timeout=30_000)
 
 
-@pytest.mark.browser
-@pytest.mark.slow
-@pytest.mark.skipif(not Path(CHROMIUM).exists(),
-                    reason=f"{CHROMIUM} is missing: `make browser` (apt-get install chromium)")
+@in_chromium
 def test_a_word_explains_itself_on_hover_focus_and_tap_and_links_to_its_glossary_entry(ui_app) -> None:
     with chromium_browser() as browser:
         page = browser.new_context(**PROJECTOR).new_page()
@@ -205,10 +209,7 @@ def test_a_word_explains_itself_on_hover_focus_and_tap_and_links_to_its_glossary
         shot(phone, "term-tapped-phone")
 
 
-@pytest.mark.browser
-@pytest.mark.slow
-@pytest.mark.skipif(not Path(CHROMIUM).exists(),
-                    reason=f"{CHROMIUM} is missing: `make browser` (apt-get install chromium)")
+@in_chromium
 def test_each_method_checkbox_explains_its_method_without_toggling_and_links_to_the_glossary(ui_app) -> None:
     with chromium_browser() as browser:
         page = browser.new_context(**PROJECTOR).new_page()
