@@ -44,7 +44,9 @@ def run(args: argparse.Namespace) -> int:
                     print(f"  preset for {model} ({variant}): {values}")
         for model, by_method in BY_CHOICE.items():
             for (method, variant), by_field in by_method.items():
+                if method != name:
+                    continue
                 for chosen, by_value in by_field.items():
-                    for choice, values in by_value.items() if method == name else ():
+                    for choice, values in by_value.items():
                         print(f"  preset for {model} ({variant}, {chosen}={choice}): {values}")
     return 0

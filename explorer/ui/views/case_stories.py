@@ -824,11 +824,11 @@ STORIES: dict[str, CaseStory] = {s.key: s for s in (
     _beside_dragin_story("TARG", "2511.09803", _targ,
                          "which decides once, before answering: the model writes a short draft without passages, and "
                          "only if that draft is uncertain (its top two choices close, on average) does TARG search."),
-    CaseStory("dragin-probing_rag", "DRAGIN", "appendix C (Probing-RAG, arXiv 2410.13339)",
-              "The same question with Probing-RAG, which lets the model write its whole answer without passages, "
-              "then asks a small prober on one layer's hidden states whether that answer is likely wrong; only "
-              "then does it search, and it asks again after each new answer. DRAGIN's run on the same question and "
-              "model is shown beside it.", _probing_rag),
+    _dragin_story("probing_rag", _probing_rag,
+                  "The same question with Probing-RAG, which lets the model write its whole answer without passages, "
+                  "then asks a small prober on one layer's hidden states whether that answer is likely wrong; only "
+                  "then does it search, and it asks again after each new answer. DRAGIN's run on the same question "
+                  "and model is shown beside it.", figure="appendix C (Probing-RAG, arXiv 2410.13339)"),
 )}
 
 
