@@ -27,6 +27,7 @@ from tests.browser_support import (
     click_run,
     external,
     open_app,
+    open_settings,
     open_settings_panel,
     pick_question,
     set_methods,
@@ -366,6 +367,36 @@ def test_bad_parameters_and_empty_question_give_specific_messages(page):
     shot(page, "bad-input", "#run-status")
     body = page.locator("body").inner_text()
     assert "Traceback" not in body and "Error" not in page.locator("#run-view").inner_text()
+
+
+def test_changing_targs_gate_or_dragins_variant_moves_the_threshold_to_its_start(page):
+    """τ is measured per gate: picking the variance gate moves the threshold and its help line to the variance
+    preset, and picking the margin gate back moves it back; DRAGIN's variant moves its threshold likewise."""
+    from explorer.ui.page import controls
+
+    model = controls.model_name("embedded")
+    threshold = next(p for p in controls.params("targ") if p.name == "threshold")
+    start = {gate: controls.shown_default(threshold, "paper", model, {"gate": gate}) for gate in ("margin", "variance")}
+    assert start["margin"] != start["variance"]
+    box = "#param-targ-threshold input"
+
+    def shows(value: float, sel: str = box) -> None:
+        page.wait_for_function("([sel, v]) => Number(document.querySelector(sel).value) === v", arg=[sel, value],
+                               timeout=15_000)
+
+    open_settings(page, "targ")
+    shows(start["margin"])
+    choose(page, "param-targ-gate", "variance")
+    shows(start["variance"])
+    assert f"preset for {model}: {start['variance']}" in page.locator("#param-targ-threshold").inner_text()
+    choose(page, "param-targ-gate", "margin")
+    shows(start["margin"])
+
+    dragin = next(p for p in controls.params("dragin") if p.name == "threshold")
+    open_settings(page, "dragin")
+    for variant in ("reference", "paper"):
+        page.locator("#variant-dragin label").filter(has_text=variant).click()
+        shows(controls.shown_default(dragin, variant, model), "#param-dragin-threshold input")
 
 
 def test_killing_the_server_mid_run_leaves_the_database_sound(context, tmp_path):

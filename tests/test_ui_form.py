@@ -100,3 +100,31 @@ def test_one_methods_error_is_its_own_card_and_the_others_run(tiny_lm, demo_retr
     assert 'data-method="dragin"' in final.html and 'data-method="flare"' in final.html
     assert "FlareConfig.threshold" in final.html and "dre-error" in final.status
     assert "2 run(s) stored" in final.status and "dragin not run" in final.status
+
+
+def test_a_gates_preset_moves_the_threshold_and_a_value_typed_after_it_is_the_users() -> None:
+    """TARG's τ is measured per gate: after the gate changes the form starts the threshold at that gate's value,
+    a run from the untouched threshold takes that gate's preset, and a typed value (even the other gate's
+    preset) is the user's."""
+    resolved = {}
+    for gate in ("margin", "variance"):
+        start = controls.shown_default(next(p for p in controls.params("targ") if p.name == "threshold"), "paper",
+                                       EMBEDDED, {"gate": gate})
+        resolved[gate] = start
+    assert resolved["margin"] != resolved["variance"], "the embedded model's TARG gates share one preset"
+    threshold = next(p for p in controls.params("targ") if p.name == "threshold")
+    assert str(resolved["variance"]) in controls.preset_note(threshold, "paper", EMBEDDED, {"gate": "variance"})
+
+    def spec(gate: str, typed: float):
+        values = untouched("targ", "paper", EMBEDDED)
+        values[("targ", "gate")] = gate
+        values[("targ", "threshold")] = typed
+        return controls.spec_for("targ", "paper", values, model=EMBEDDED).config
+
+    # Untouched after the gate moved it: that gate's preset comes from the run, not from the user.
+    assert spec("variance", resolved["variance"]) == {"gate": "variance"}
+    # The margin gate's preset typed under the variance gate is the user's value (it was lost before).
+    assert spec("variance", resolved["margin"]) == {"gate": "variance", "threshold": resolved["margin"]}
+    # Under the untouched gate nothing changes: its own preset is not the user's, another value is.
+    assert spec("margin", resolved["margin"]) == {}
+    assert spec("margin", resolved["variance"]) == {"threshold": resolved["variance"]}

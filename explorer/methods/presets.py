@@ -66,3 +66,13 @@ def preset_for(model_name: str, method: str, variant: str,
         if chosen is not None and name in chosen:
             values.update(by_value.get(chosen[name], {}))
     return values
+
+
+def choice_fields(model_name: str, method: str, variant: str) -> dict[str, tuple[Any, ...]]:
+    """The fields whose value picks a preset of :data:`BY_CHOICE` for this model, method and variant, with the
+    values that have one.
+
+    A form must treat them first: the value its other controls start at depends on them.
+    """
+    by_field = BY_CHOICE.get(model_name, {}).get((method, variant), {})
+    return {name: tuple(by_value) for name, by_value in by_field.items()}

@@ -19,6 +19,7 @@ from typing import Any
 
 from explorer.errors import ConfigError, ExplorerError, public_message
 from explorer.methods.base import get_method
+from explorer.methods.presets import choice_fields
 from explorer.methods.resolve import resolve_config
 from explorer.ui.views import terms
 
@@ -127,13 +128,28 @@ def model_name(spec: str) -> str:
     return spec.rstrip("/").rsplit("/", 1)[-1]
 
 
-def shown_default(param: Param, variant: str, model: str) -> Any:
-    """What a control starts at: the value a run resolves when the user sets nothing (:func:`resolve_config`)."""
-    return getattr(resolve_config(param.method, variant, model, {}).config, param.name)
+def shown_default(param: Param, variant: str, model: str, chosen: dict[str, Any] | None = None) -> Any:
+    """What a control starts at: the value a run resolves when the user sets nothing else (:func:`resolve_config`).
+
+    ``chosen`` holds the user's values of the fields that pick a preset (TARG's gate): a threshold
+    measured for one gate starts at that gate's value, not another's.
+    """
+    return getattr(resolve_config(param.method, variant, model, dict(chosen or {})).config, param.name)
 
 
-def preset_note(param: Param, variant: str, model: str) -> str:
-    resolved = resolve_config(param.method, variant, model, {})
+def choices_made(method: str, variant: str, values: dict[tuple[str, str], Any], model: str) -> dict[str, Any]:
+    """The form's values of the fields that pick a preset, where they differ from where their control started."""
+    made = {}
+    for p in params(method):
+        if p.name in choice_fields(model, method, variant) and (method, p.name) in values:
+            value = value_from_control(p, values[(method, p.name)])
+            if value != shown_default(p, variant, model):
+                made[p.name] = value
+    return made
+
+
+def preset_note(param: Param, variant: str, model: str, chosen: dict[str, Any] | None = None) -> str:
+    resolved = resolve_config(param.method, variant, model, dict(chosen or {}))
     source = resolved.sources.get(param.name)
     value = getattr(resolved.config, param.name)
     if source == "preset":
@@ -240,8 +256,9 @@ def spec_for(method: str, chosen_variant: str | None, values: dict[tuple[str, st
 
     From the app's controls only values that differ from what the control started at are passed
     on, so a model's preset is applied by the run itself, which records in the trace that it came
-    from a preset. ``explicit`` (the scripting API) passes every given value on as the user's, as
-    ``--set`` does on the command line.
+    from a preset. Where a choice picks a preset (TARG's gate), the other controls are compared with
+    where the form moved them for that choice. ``explicit`` (the scripting API) passes every given
+    value on as the user's, as ``--set`` does on the command line.
     """
     cls = get_method(method)
     variant = chosen_variant or cls.variants[0]
@@ -249,11 +266,12 @@ def spec_for(method: str, chosen_variant: str | None, values: dict[tuple[str, st
         raise ConfigError(f"method {method} has no variant {variant!r}", where="variant",
                           fix=f"choose one of {', '.join(cls.variants)}")
     settings = {}
+    chosen = choices_made(method, variant, values, model)
     for p in params(method):
         if (method, p.name) not in values:
             continue
         value = value_from_control(p, values[(method, p.name)])
-        if explicit or value != shown_default(p, variant, model):
+        if explicit or value != shown_default(p, variant, model, {k: v for k, v in chosen.items() if k != p.name}):
             settings[p.name] = value
     resolve_config(method, variant, model, settings)  # validate now, before any run
     return RunSpec(method=method, variant=variant, config=settings)

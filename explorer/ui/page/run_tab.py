@@ -18,6 +18,7 @@ import gradio as gr
 from explorer.errors import ExplorerError, public_message
 from explorer.eval.question_files import question_file_types
 from explorer.eval.question_formats import QUESTION_FORMATS
+from explorer.methods.presets import choice_fields
 from explorer.retrieval.choice import KINDS, RetrieverConfig, retriever_config
 from explorer.ui.page import controls, forkblock, form, gallery_block, links, viewblock, wait_note
 from explorer.ui.runs import embedders, gallery, questions
@@ -153,22 +154,40 @@ def build_method_settings(methods: list[str], model: str) -> MethodSettings:
                 variant_inputs[method] = gr.Radio(choices, value=choices[0], label="variant",
                                                   elem_id=f"variant-{method}", visible=len(choices) > 1)
                 preset_bearing = []
+                picks = {name: set() for v in choices for name in choice_fields(model, method, v)}
+                for v in choices:
+                    for name, options in choice_fields(model, method, v).items():
+                        picks[name].update(options)
                 with gr.Row():
                     for p in controls.params(method):
                         note = controls.preset_note(p, choices[0], model)
                         comp = form.param_component(p, controls.shown_default(p, choices[0], model),
                                                     p.info + (f" · {note}" if note else ""))
                         param_inputs[(method, p.name)] = comp
-                        if any(controls.preset_note(p, v, model) for v in choices):
+                        starts = {repr(controls.shown_default(p, v, model, {name: o}))
+                                  for v in choices for name, options in picks.items() for o in options}
+                        if p.name not in picks and (len(starts) > 1 or any(controls.preset_note(p, v, model)
+                                                                           for v in choices)):
                             preset_bearing.append((p, comp))
                 if preset_bearing:
-                    def on_variant(variant: str, bearing=tuple(preset_bearing)) -> list[Any]:
-                        return [gr.update(value=form.shown_value(p, controls.shown_default(p, variant, model)),
-                                          info=p.info + (f" · {n}" if (n := controls.preset_note(p, variant, model))
-                                                         else "")) for p, _ in bearing]
+                    pickers = [(p, param_inputs[(method, p.name)]) for p in controls.params(method) if p.name in picks]
 
-                    variant_inputs[method].change(on_variant, variant_inputs[method], [c for _, c in preset_bearing],
-                                                  queue=False, **PRIVATE)
+                    def on_choice(variant: str, *picked: Any, bearing=tuple(preset_bearing),
+                                  pickers=tuple(pickers)) -> Any:
+                        """Move the preset-bearing controls to the value the variant and the choices made resolve."""
+                        chosen = {p.name: controls.value_from_control(p, v) for (p, _), v in zip(pickers, picked,
+                                                                                                   strict=True)}
+                        updates = [gr.update(value=form.shown_value(p, controls.shown_default(p, variant, model,
+                                                                                              chosen)),
+                                             info=p.info + (f" · {n}" if (n := controls.preset_note(p, variant, model,
+                                                                                                    chosen)) else ""))
+                                   for p, _ in bearing]
+                        # One output takes the returned value whole: a list of one would become its value.
+                        return updates[0] if len(updates) == 1 else updates
+
+                    inputs = [variant_inputs[method], *(c for _, c in pickers)]
+                    for trigger in inputs:
+                        trigger.change(on_choice, inputs, [c for _, c in preset_bearing], queue=False, **PRIVATE)
     return MethodSettings(variant_inputs, param_inputs)
 
 
