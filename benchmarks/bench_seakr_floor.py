@@ -35,14 +35,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from benchmarks.common import cpu_name, write_result  # noqa: E402
+from benchmarks.bench_demo_speed import QUESTION, TARGET  # noqa: E402  (it sets the offline environment)
+from benchmarks.common import cpu_name, publish  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "seakr_floor.md"
-QUESTION = "What is the seating capacity of the arena where the Lewiston Maineiacs played their home games?"
-TARGET = 4.0
 NINE_TARGET = 120.0
 
 
@@ -202,10 +199,7 @@ def main() -> int:
               + ", ".join(f"{purpose} {passes}" for purpose, passes in seakr_calls_seen) + ".",
               f"Passes if each retrieval's re-rank contexts and the two answer contexts ran as one loop: "
               f"{merged_seen} (now {sum(p for _, p in seakr_calls_seen)})."]
-    text = "\n".join(lines) + "\n"
-    write_result(text, args.out)
-    print(text)
-    return 0
+    return publish(lines, args.out)
 
 
 if __name__ == "__main__":

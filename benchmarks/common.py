@@ -33,6 +33,14 @@ def write_result(text: str, out: str | Path) -> None:
     print(f"wrote {out}", file=sys.stderr)
 
 
+def publish(lines: list[str], out: str | Path) -> int:
+    """A benchmark's last step: its lines as one results file at ``out`` and on stdout; the exit status 0."""
+    text = "\n".join(lines) + "\n"
+    write_result(text, out)
+    print(text)
+    return 0
+
+
 def calibration_parser(doc: str, *, limit: int, max_length: int) -> argparse.ArgumentParser:
     """The arguments every calibration script takes (the model, how many demo questions, the draft length),
     described by the first paragraph of the script's ``doc``; a script adds its own to the parser."""
