@@ -106,13 +106,10 @@ def test_a_gates_preset_moves_the_threshold_and_a_value_typed_after_it_is_the_us
     """TARG's τ is measured per gate: after the gate changes the form starts the threshold at that gate's value,
     a run from the untouched threshold takes that gate's preset, and a typed value (even the other gate's
     preset) is the user's."""
-    resolved = {}
-    for gate in ("margin", "variance"):
-        start = controls.shown_default(next(p for p in controls.params("targ") if p.name == "threshold"), "paper",
-                                       EMBEDDED, {"gate": gate})
-        resolved[gate] = start
-    assert resolved["margin"] != resolved["variance"], "the embedded model's TARG gates share one preset"
     threshold = next(p for p in controls.params("targ") if p.name == "threshold")
+    resolved = {gate: controls.shown_default(threshold, "paper", EMBEDDED, {"gate": gate})
+                for gate in ("margin", "variance")}
+    assert resolved["margin"] != resolved["variance"], "the embedded model's TARG gates share one preset"
     assert str(resolved["variance"]) in controls.preset_note(threshold, "paper", EMBEDDED, {"gate": "variance"})
 
     def spec(gate: str, typed: float):

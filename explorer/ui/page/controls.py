@@ -139,9 +139,9 @@ def shown_default(param: Param, variant: str, model: str, chosen: dict[str, Any]
 
 def choices_made(method: str, variant: str, values: dict[tuple[str, str], Any], model: str) -> dict[str, Any]:
     """The form's values of the fields that pick a preset, where they differ from where their control started."""
-    made = {}
+    made, picking = {}, choice_fields(model, method, variant)
     for p in params(method):
-        if p.name in choice_fields(model, method, variant) and (method, p.name) in values:
+        if p.name in picking and (method, p.name) in values:
             value = value_from_control(p, values[(method, p.name)])
             if value != shown_default(p, variant, model):
                 made[p.name] = value

@@ -154,10 +154,10 @@ def build_method_settings(methods: list[str], model: str) -> MethodSettings:
                 variant_inputs[method] = gr.Radio(choices, value=choices[0], label="variant",
                                                   elem_id=f"variant-{method}", visible=len(choices) > 1)
                 preset_bearing = []
-                picks = {name: set() for v in choices for name in choice_fields(model, method, v)}
+                picks: dict[str, set[Any]] = {}  # each field that picks a preset, with its values that have one
                 for v in choices:
                     for name, options in choice_fields(model, method, v).items():
-                        picks[name].update(options)
+                        picks.setdefault(name, set()).update(options)
                 with gr.Row():
                     for p in controls.params(method):
                         note = controls.preset_note(p, choices[0], model)
